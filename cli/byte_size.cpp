@@ -1,0 +1,58 @@
+#include "cli/byte_size.h"
+
+#include <cctype>
+#include <cstdio>
+#include <limits>
+
+#include "schema/error.h"
+
+namespace mfsdp::cli {
+
+std::string format_bytes(int64_t bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while ((value >= 1024.0 || value <= -1024.0) && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  if (unit == 0) {
+    std::snprintf(text, sizeof text, "%lld B", static_cast<long long>(bytes));
+  } else {
+    std::snprintf(text, sizeof text, "%.1f %s", value, units[unit]);
+  }
+  return text;
+}
+
+int64_t parse_bytes(const std::string& text, const std::string& flag) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  std::string unit = text.substr(digits);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  const struct {
+    const char* name;
+    int64_t scale;
+  } scales[] = {{"", 1},
+                {"B", 1},
+                {"KiB", int64_t{1} << 10},
+                {"MiB", int64_t{1} << 20},
+                {"GiB", int64_t{1} << 30},
+                {"TiB", int64_t{1} << 40},
+                {"KB", 1000},
+                {"MB", 1000 * 1000},
+                {"GB", 1000 * 1000 * 1000},
+                {"TB", int64_t{1000} * 1000 * 1000 * 1000}};
+  if (digits > 0 && digits <= 15) {
+    const int64_t number = std::stoll(text.substr(0, digits));
+    for (const auto& s : scales) {
+      if (unit == s.name && number <= std::numeric_limits<int64_t>::max() / s.scale) {
+        return number * s.scale;
+      }
+    }
+  }
+  fail(ExitCode::kUsage,
+       flag + " '" + text + "' is not a byte size; write e.g. 512MiB, 2GiB, 1GB or 1048576");
+}
+
+}  // namespace mfsdp::cli

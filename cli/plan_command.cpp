@@ -1,0 +1,299 @@
+// `mfsdp plan model.pt ...`: one sharding scope built from flags or a scope file, finalized
+// into a plan file, plus a short summary for the person who ran it.
+#include "cli/plan_command.h"
+
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/byte_size.h"
+#include "planner/scope_file.h"
+#include "planner/sharding_scope.h"
+#include "schema/error.h"
+#include "schema/plan.h"
+#include "schema/plan_json.h"
+
+namespace mfsdp::cli {
+namespace {
+
+struct PlanFlags {
+  std::string model;
+  std::string output;
+  int64_t world_size = 0;
+  int64_t replicate = 1;
+  std::vector<std::string> unit_globs;
+  std::vector<std::string> unit_types;
+  bool auto_units = false;
+  std::string scope_file;
+  std::string param_dtype;
+  std::string reduce_dtype;
+  bool reshard_after_forward = true;
+  int64_t prefetch = 1;
+  int64_t forward_prefetch = 1;
+  int64_t backward_prefetch = 1;
+  std::string resident_budget;
+  bool unified_stream = false;
+  int64_t align_bytes = 16;
+  bool quiet = false;
+  bool json_summary = false;
+};
+
+const char* kExamples = R"(
+Examples:
+  # Each transformer block is a unit, plus the model for the rest (embeddings, head):
+  mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>'
+
+  # The same by class name, 2 replicas x 4 shards (HSDP), bf16 all-gathers:
+  mfsdp plan gpt.pt --world-size 8 --replicate 2 --unit-type Block --unit '<root>' \
+      --param-dtype bfloat16
+
+  # Every ModuleList element plus the model; prefetch two units ahead, cap gathered memory:
+  mfsdp plan gpt.pt --world-size 4 --auto --prefetch 2 --resident-budget 2GiB -o gpt.plan.json
+
+  # A long scope kept in a file (format: docs/cli.md):
+  mfsdp plan gpt.pt --scope scope.json
+
+Selectors: '*' matches one path segment, '**' any number; '<root>' (or '') is the model.
+Units register in flag order, then definition order within a glob (layers.9 before layers.10).
+Exit codes: 0 ok, 2 bad flags, 3 model cannot be loaded, 4 scope cannot be planned, 5 cannot write.
+)";
+
+std::string default_output(const std::string& model) {
+  std::string base = model.substr(model.find_last_of('/') + 1);
+  const auto dot = base.rfind('.');
+  if (dot != std::string::npos && dot > 0) base = base.substr(0, dot);
+  return base + ".plan.json";
+}
+
+std::vector<planner::UnitSelector> selectors_in_flag_order(const CLI::App& cmd,
+                                                           const PlanFlags& flags) {
+  const CLI::Option* unit = cmd.get_option("--unit");
+  const CLI::Option* type = cmd.get_option("--unit-type");
+  std::vector<planner::UnitSelector> out;
+  size_t next_unit = 0, next_type = 0;
+  for (const CLI::Option* opt : cmd.parse_order()) {
+    if (opt == unit) {
+      out.push_back({planner::UnitSelector::Kind::kPath, flags.unit_globs.at(next_unit++)});
+    } else if (opt == type) {
+      out.push_back({planner::UnitSelector::Kind::kType, flags.unit_types.at(next_type++)});
+    }
+  }
+  return out;
+}
+
+void print_summary(const schema::Plan& plan, const std::string& output) {
+  auto& err = std::cerr;
+  auto join = [](const std::vector<std::string>& items, const char* sep) {
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i == 16 && items.size() > 20) {
+        out += std::string(sep) + "... (" + std::to_string(items.size() - 16) + " more)";
+        break;
+      }
+      out += (i ? sep : "") + items[i];
+    }
+    return out;
+  };
+  err << "mfsdp plan: " << plan.model.path << " -> " << output << "\n";
+  err << "  mesh         world " << plan.mesh.world_size << " = shard " << plan.mesh.shard_size
+      << " x replicate " << plan.mesh.replicate_size << "\n";
+  err << "  units        " << plan.units.size() << " (roots: " << join(plan.roots, ", ") << ")\n";
+  err << "  forward      " << join(plan.forward_order, " > ") << "\n";
+  err << "  backward     " << join(plan.backward_order, " > ") << "\n";
+  err << "  per rank     params " << format_bytes(plan.memory.sharded_param_bytes) << ", grads "
+      << format_bytes(plan.memory.sharded_grad_bytes) << " (sharded)\n";
+  err << "  peak         " << format_bytes(plan.memory.peak_unsharded_bytes) << " unsharded at "
+      << plan.memory.peak_at << "; " << plan.memory.slots.size()
+      << (plan.memory.slots.size() == 1 ? " slot, " : " slots, ")
+      << format_bytes(plan.memory.slot_bytes) << "\n";
+  err << "  per step     all-gather " << format_bytes(plan.communication.all_gather_bytes) << " ("
+      << plan.communication.all_gather_count << "), reduce-scatter "
+      << format_bytes(plan.communication.reduce_scatter_bytes) << " ("
+      << plan.communication.reduce_scatter_count << ")\n";
+  err << "  diagnostics  " << plan.diagnostics.size() << "\n";
+  const size_t shown = std::min<size_t>(plan.diagnostics.size(), 20);
+  for (size_t i = 0; i < shown; ++i) {
+    const auto& d = plan.diagnostics[i];
+    err << "    " << d.severity << " " << d.code << ": " << d.message << "\n";
+  }
+  if (shown < plan.diagnostics.size()) {
+    err << "    ... " << plan.diagnostics.size() - shown << " more in the plan's diagnostics\n";
+  }
+}
+
+void print_json_summary(const schema::Plan& plan, const std::string& output) {
+  nlohmann::ordered_json s;
+  s["output"] = output;
+  s["units"] = plan.units.size();
+  s["roots"] = plan.roots;
+  s["forward_order"] = plan.forward_order;
+  s["backward_order"] = plan.backward_order;
+  s["sharded_param_bytes"] = plan.memory.sharded_param_bytes;
+  s["sharded_grad_bytes"] = plan.memory.sharded_grad_bytes;
+  s["peak_unsharded_bytes"] = plan.memory.peak_unsharded_bytes;
+  s["peak_at"] = plan.memory.peak_at;
+  s["slot_bytes"] = plan.memory.slot_bytes;
+  s["all_gather_bytes"] = plan.communication.all_gather_bytes;
+  s["reduce_scatter_bytes"] = plan.communication.reduce_scatter_bytes;
+  nlohmann::ordered_json counts = {{"info", 0}, {"warning", 0}, {"error", 0}};
+  for (const auto& d : plan.diagnostics) counts[d.severity] = counts[d.severity].get<int>() + 1;
+  s["diagnostics"] = counts;
+  std::cout << s.dump(2) << "\n";
+}
+
+// Policy values come from flags or the scope file; refuse bad ones before loading the model.
+void check_policy_flags(const schema::Policy& policy) {
+  const char* floating = "float32, bfloat16, float16 or float64";
+  if (policy.param_dtype && !schema::is_floating_dtype(*policy.param_dtype)) {
+    fail(ExitCode::kUsage, "--param-dtype (policy.param_dtype) '" + *policy.param_dtype +
+                               "' is not " + floating + " (or keep)");
+  }
+  if (!schema::is_floating_dtype(policy.reduce_dtype)) {
+    fail(ExitCode::kUsage,
+         "--reduce-dtype (policy.reduce_dtype) '" + policy.reduce_dtype + "' is not " + floating);
+  }
+  if (policy.forward_prefetch < 0 || policy.backward_prefetch < 0) {
+    fail(ExitCode::kUsage,
+         "--prefetch/--forward-prefetch/--backward-prefetch must be 0 (no "
+         "prefetch) or more");
+  }
+  if (policy.resident_budget_bytes < 0) {
+    fail(ExitCode::kUsage,
+         "--resident-budget (policy.resident_budget_bytes) must be 0 (no cap) "
+         "or a byte size");
+  }
+  const int64_t a = policy.align_bytes;
+  if (a < 1 || (a & (a - 1)) != 0) {
+    fail(ExitCode::kUsage, "--align (policy.align_bytes) " + std::to_string(a) +
+                               " is not a power of two (e.g. 16 or 256)");
+  }
+}
+
+void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
+  planner::ScopeFile scope_file;
+  const bool has_scope_file = !flags.scope_file.empty();
+  const bool has_selectors = !flags.unit_globs.empty() || !flags.unit_types.empty();
+  if (has_scope_file) scope_file = planner::read_scope_file(flags.scope_file);
+  if (has_scope_file + has_selectors + flags.auto_units != 1) {
+    fail(ExitCode::kUsage, "choose the units one way: --unit/--unit-type, --auto, or --scope");
+  }
+
+  schema::Mesh mesh;
+  mesh.world_size =
+      cmd.count("--world-size") ? flags.world_size : scope_file.world_size.value_or(0);
+  if (!cmd.count("--world-size") && !scope_file.world_size) {
+    fail(ExitCode::kUsage,
+         "--world-size is required (the number of ranks the plan is for; or "
+         "mesh.world_size in a --scope file)");
+  }
+  mesh.replicate_size =
+      cmd.count("--replicate") ? flags.replicate : scope_file.replicate_size.value_or(1);
+  if (mesh.world_size < 1) {
+    fail(ExitCode::kUsage,
+         "--world-size " + std::to_string(mesh.world_size) + " is invalid; it must be at least 1");
+  }
+  if (mesh.replicate_size < 1 || mesh.world_size % mesh.replicate_size != 0) {
+    fail(ExitCode::kUsage, "--replicate " + std::to_string(mesh.replicate_size) +
+                               " must be at least 1 and divide --world-size " +
+                               std::to_string(mesh.world_size));
+  }
+  mesh.shard_size = mesh.world_size / mesh.replicate_size;
+
+  schema::Policy policy = scope_file.policy;
+  if (cmd.count("--param-dtype")) {
+    policy.param_dtype =
+        flags.param_dtype == "keep" ? std::nullopt : std::optional(flags.param_dtype);
+  }
+  if (cmd.count("--reduce-dtype")) policy.reduce_dtype = flags.reduce_dtype;
+  if (cmd.count("--reshard-after-forward") || cmd.count("--no-reshard-after-forward")) {
+    policy.reshard_after_forward = flags.reshard_after_forward;
+  }
+  if (cmd.count("--prefetch")) policy.forward_prefetch = policy.backward_prefetch = flags.prefetch;
+  if (cmd.count("--forward-prefetch")) policy.forward_prefetch = flags.forward_prefetch;
+  if (cmd.count("--backward-prefetch")) policy.backward_prefetch = flags.backward_prefetch;
+  if (cmd.count("--resident-budget")) {
+    policy.resident_budget_bytes = parse_bytes(flags.resident_budget, "--resident-budget");
+  }
+  if (cmd.count("--unified-stream") || cmd.count("--no-unified-stream")) {
+    policy.unified_stream = flags.unified_stream;
+  }
+  if (cmd.count("--align")) policy.align_bytes = flags.align_bytes;
+
+  check_policy_flags(policy);
+  planner::ShardedModel model = planner::ShardedModel::load(flags.model);
+  std::vector<int> modules;
+  if (flags.auto_units) {
+    modules = planner::auto_units(model.ir());
+  } else {
+    modules = planner::select_units(
+        model.ir(), has_scope_file ? scope_file.units : selectors_in_flag_order(cmd, flags));
+  }
+  planner::ShardingScope scope(model, mesh, policy);
+  for (int m : modules) scope.fully_shard(model.ir().modules[m].path);
+  const schema::Plan plan = scope.finalize();
+  for (const auto& d : plan.diagnostics) {
+    // A plan from the command line is run as the whole model: every parameter needs a unit.
+    if (d.code == "ownership.unmanaged") {
+      fail(ExitCode::kPlanning, "mfsdp plan covers the whole model, but " +
+                                    d.message.substr(0, d.message.find(", so ")) +
+                                    "; add a unit that contains them, e.g. --unit '<root>'");
+    }
+  }
+
+  const std::string output = flags.output.empty() ? default_output(flags.model) : flags.output;
+  schema::write_file_atomically(output, schema::dump_plan(plan));
+  if (flags.json_summary) print_json_summary(plan, output);
+  if (!flags.quiet && !flags.json_summary) print_summary(plan, output);
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto flags = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Compile a TorchScript model and a sharding scope into a plan file");
+  cmd->footer(kExamples);
+  cmd->add_option("model", flags->model, "TorchScript model file (torch.jit.script(m).save)")
+      ->required();
+  cmd->add_option("-o,--output", flags->output,
+                  "Plan file to write (default: <model name>.plan.json); written atomically");
+  cmd->add_option("--world-size", flags->world_size, "Number of ranks the plan is for");
+  cmd->add_option("--replicate", flags->replicate,
+                  "HSDP replicas: world = shard x replicate (default 1: plain FSDP)");
+  cmd->add_option("--unit", flags->unit_globs,
+                  "fully_shard the modules matching this path glob (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--unit-type", flags->unit_types,
+                  "fully_shard every module of this class, e.g. Block (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_flag("--auto", flags->auto_units,
+                "fully_shard every element of every ModuleList, then the model");
+  cmd->add_option("--scope", flags->scope_file,
+                  "JSON scope file: ordered fully_shard list plus mesh and policy");
+  cmd->add_option("--param-dtype", flags->param_dtype,
+                  "Gather and compute floating parameters in this dtype (bfloat16, float16, "
+                  "float32, float64; 'keep' = as stored; default keep)");
+  cmd->add_option("--reduce-dtype", flags->reduce_dtype,
+                  "Dtype of gradient reduce-scatter and sharded main grads (default float32)");
+  cmd->add_flag("--reshard-after-forward,!--no-reshard-after-forward", flags->reshard_after_forward,
+                "Free each unit's gathered parameters after its forward (default), or keep them "
+                "until backward: less communication, more memory");
+  cmd->add_option("--prefetch", flags->prefetch, "All-gathers to keep in flight ahead (default 1)");
+  cmd->add_option("--forward-prefetch", flags->forward_prefetch, "Prefetch depth in forward");
+  cmd->add_option("--backward-prefetch", flags->backward_prefetch, "Prefetch depth in backward");
+  cmd->add_option("--resident-budget", flags->resident_budget,
+                  "Cap on gathered (unsharded) bytes, e.g. 4GiB; prefetch waits to stay under it "
+                  "(default: no cap)");
+  cmd->add_flag("--unified-stream,!--no-unified-stream", flags->unified_stream,
+                "Issue all collectives on one stream instead of separate all-gather and "
+                "reduce-scatter streams (default: separate)");
+  cmd->add_option("--align", flags->align_bytes,
+                  "Align parameter offsets and shard boundaries to this many bytes (default 16)");
+  cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing on success");
+  cmd->add_flag("--json-summary", flags->json_summary,
+                "Print the summary as JSON on stdout instead of text on stderr");
+  cmd->callback([cmd, flags] { run_plan(*cmd, *flags); });
+}
+
+}  // namespace mfsdp::cli

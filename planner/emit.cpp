@@ -1,0 +1,86 @@
+// emit_plan: the IR in plan-file form. Units are listed in definition order so that a diff of
+// two plans lines up; roots keep registration order.
+#include <algorithm>
+#include <map>
+
+#include "planner/passes.h"
+#include "schema/plan_rules.h"
+
+namespace mfsdp::planner {
+namespace {
+
+std::vector<std::string> names(const PlanIR& ir, const std::vector<int>& units) {
+  std::vector<std::string> out;
+  for (int u : units) out.push_back(ir.units[u].name);
+  return out;
+}
+
+}  // namespace
+
+schema::Plan emit_plan(const PlanIR& ir) {
+  schema::Plan plan;
+  plan.generator = std::string("mfsdp ") + MFSDP_VERSION;
+  plan.model = ir.model_info;
+  plan.mesh = ir.mesh;
+  plan.policy = ir.policy;
+  plan.streams = schema::expected_streams(ir.policy);
+
+  std::vector<int> by_definition(ir.units.size());
+  for (size_t u = 0; u < ir.units.size(); ++u) by_definition[u] = static_cast<int>(u);
+  std::sort(by_definition.begin(), by_definition.end(),
+            [&](int a, int b) { return ir.units[a].module < ir.units[b].module; });
+  std::map<std::string, const schema::Unit*> unit_by_name;
+  for (int u : by_definition) {
+    const UnitIR& in = ir.units[u];
+    schema::Unit out;
+    out.name = in.name;
+    out.type = ir.model->modules[in.module].type;
+    if (in.parent != -1) out.parent = ir.units[in.parent].name;
+    out.root = in.root;
+    out.call_count = in.call_count;
+    out.conditional = in.conditional;
+    out.repeated = in.repeated;
+    out.kept_after_forward = in.kept_after_forward;
+    out.unsharded_bytes = in.unsharded_bytes;
+    out.sharded_bytes = in.sharded_bytes;
+    out.groups = in.groups;
+    for (int t : in.buffers) {
+      const TensorInfo& b = ir.model->tensors[t];
+      out.buffers.push_back({b.names.front(), b.shape, b.dtype});
+    }
+    plan.units.push_back(std::move(out));
+  }
+  for (const auto& unit : plan.units) unit_by_name[unit.name] = &unit;
+
+  plan.roots = names(ir, ir.roots);
+  plan.forward_order = names(ir, ir.forward_order);
+  plan.backward_order = names(ir, ir.backward_order);
+  plan.schedule = ir.schedule;
+
+  plan.memory = ir.memory;
+  plan.memory.sharded_param_bytes = 0;
+  plan.memory.sharded_grad_bytes = 0;
+  for (const auto& unit : plan.units) {
+    plan.memory.sharded_param_bytes += unit.sharded_bytes;
+    plan.memory.sharded_grad_bytes += schema::unit_gradient_shard_bytes(ir.policy, unit);
+  }
+
+  for (const auto& e : plan.schedule) {
+    for (const auto& name : e.all_gather) {
+      ++plan.communication.all_gather_count;
+      plan.communication.all_gather_bytes += unit_by_name.at(name)->unsharded_bytes;
+    }
+    for (const auto& name : e.reduce_scatter) {
+      const schema::Unit& unit = *unit_by_name.at(name);
+      ++plan.communication.reduce_scatter_count;
+      plan.communication.reduce_scatter_bytes += schema::unit_reduce_scatter_bytes(ir.policy, unit);
+      if (ir.mesh.replicate_size > 1) {
+        plan.communication.all_reduce_bytes += schema::unit_gradient_shard_bytes(ir.policy, unit);
+      }
+    }
+  }
+  plan.diagnostics = ir.diagnostics;
+  return plan;
+}
+
+}  // namespace mfsdp::planner

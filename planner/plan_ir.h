@@ -1,0 +1,55 @@
+#pragma once
+// The planner's working representation: the model, the units a scope registered, and what each
+// pass adds. Passes (planner/passes.h) fill it in order; emit turns it into a schema::Plan.
+
+#include <string>
+#include <vector>
+
+#include "planner/model_ir.h"
+#include "schema/plan.h"
+
+namespace mfsdp::planner {
+
+struct UnitIR {
+  int module = -1;  // index into ModelIR::modules
+  std::string name;
+  int parent = -1;  // index into PlanIR::units of the nearest enclosing unit
+  bool root = false;
+  std::vector<int> params;   // owned tensors (after hoisting), in definition order
+  std::vector<int> buffers;  // recorded tensors, in definition order
+  int64_t call_count = 0;
+  bool conditional = false;
+  bool repeated = false;
+  bool kept_after_forward = false;
+  std::vector<schema::Group> groups;
+  int64_t unsharded_bytes = 0;
+  int64_t sharded_bytes = 0;
+};
+
+// A unit's forward call: entering or leaving call number `call` of unit `unit`.
+struct UnitCall {
+  bool enter = true;
+  int unit = -1;
+  int64_t call = 0;
+};
+
+struct PlanIR {
+  const ModelIR* model = nullptr;
+  schema::ModelInfo model_info;
+  schema::Mesh mesh;
+  schema::Policy policy;
+  std::vector<UnitIR> units;        // registration order
+  std::vector<int> roots;           // registration order
+  std::vector<int> unit_by_module;  // module index -> unit index or -1; set by link_units
+  std::vector<UnitCall> unit_trace;
+  std::vector<int> forward_order;
+  std::vector<int> backward_order;
+  std::vector<schema::ScheduleEntry> schedule;
+  schema::Memory memory;
+  std::vector<schema::Diagnostic> diagnostics;
+
+  int unit_of_module(int module) const;  // -1 when the module is not a unit
+  void diagnose(std::string severity, std::string code, std::string message, std::string where);
+};
+
+}  // namespace mfsdp::planner

@@ -1,0 +1,167 @@
+#include "planner/sharding_scope.h"
+
+#include "planner/passes.h"
+#include "schema/error.h"
+
+namespace mfsdp::planner {
+namespace {
+
+thread_local ShardingScope* active_scope = nullptr;
+
+std::string scope_label(int id) {
+  return "scope #" + std::to_string(id);
+}
+
+void check_mesh(const schema::Mesh& mesh) {
+  if (mesh.world_size < 1) {
+    fail(ExitCode::kPlanning,
+         "world size " + std::to_string(mesh.world_size) + " is invalid; it must be at least 1");
+  }
+  if (mesh.replicate_size < 1 || mesh.world_size % mesh.replicate_size != 0) {
+    fail(ExitCode::kPlanning, "replicate size " + std::to_string(mesh.replicate_size) +
+                                  " must be at least 1 and divide the world size " +
+                                  std::to_string(mesh.world_size));
+  }
+  if (mesh.shard_size * mesh.replicate_size != mesh.world_size) {
+    fail(ExitCode::kPlanning, "mesh shard size " + std::to_string(mesh.shard_size) +
+                                  " × replicate size " + std::to_string(mesh.replicate_size) +
+                                  " is not the world size " + std::to_string(mesh.world_size));
+  }
+}
+
+void check_policy(const schema::Policy& policy) {
+  const auto floating = [](const std::string& what, const std::string& dtype) {
+    if (!schema::is_floating_dtype(dtype)) {
+      fail(ExitCode::kPlanning, what + " '" + dtype +
+                                    "' is not a floating dtype; use float32, bfloat16, float16 "
+                                    "or float64");
+    }
+  };
+  if (policy.param_dtype) floating("param dtype", *policy.param_dtype);
+  floating("reduce dtype", policy.reduce_dtype);
+  if (policy.forward_prefetch < 0 || policy.backward_prefetch < 0) {
+    fail(ExitCode::kPlanning, "prefetch depth must be 0 (no prefetch) or more");
+  }
+  if (policy.resident_budget_bytes < 0) {
+    fail(ExitCode::kPlanning, "resident budget must be 0 (no cap) or a positive byte count");
+  }
+  const int64_t a = policy.align_bytes;
+  if (a < 1 || (a & (a - 1)) != 0) {
+    fail(ExitCode::kPlanning,
+         "alignment " + std::to_string(a) + " bytes is not a power of two (e.g. 16 or 256)");
+  }
+}
+
+}  // namespace
+
+ShardingScope::ShardingScope(ShardedModel& model, schema::Mesh mesh, schema::Policy policy)
+    : model_(model), mesh_(mesh), policy_(std::move(policy)) {
+  if (active_scope) {
+    fail(ExitCode::kPlanning,
+         "a sharding scope is already active: mfsdp does not support nesting scopes; finalize "
+         "the open scope first");
+  }
+  check_mesh(mesh_);
+  check_policy(policy_);
+  id_ = ++model_.scopes_opened_;
+  active_scope = this;
+}
+
+ShardingScope::~ShardingScope() {
+  if (!finalized_) {
+    for (int m : units_) model_.unit_scope_[m] = -1;
+  }
+  close();
+}
+
+ShardingScope* ShardingScope::active() {
+  return active_scope;
+}
+
+void ShardingScope::close() {
+  if (active_scope == this) active_scope = nullptr;
+}
+
+void ShardingScope::fully_shard(const std::string& path) {
+  const std::string name = display_name(path == schema::kRootName ? "" : path);
+  if (finalized_) {
+    fail(ExitCode::kPlanning, "fully_shard('" + name +
+                                  "') after the scope was finalized; "
+                                  "register every unit before finalize()");
+  }
+  const ModelIR& ir = model_.ir_;
+  const int module = ir.find_module(path);
+  if (module == -1) {
+    fail(ExitCode::kPlanning, "fully_shard('" + name + "'): the model has no module '" + name +
+                                  "'; use a fully-qualified module path such as 'layers.0'");
+  }
+  const int owner = model_.unit_scope_[module];
+  if (owner != -1) {
+    fail(ExitCode::kPlanning, "module " + name + " is already a unit (registered in " +
+                                  (owner == id_ ? std::string("this scope") : scope_label(owner)) +
+                                  "); a module can be sharded only once");
+  }
+  // Units of other scopes among the module's ancestors and its subtree (contiguous in preorder).
+  auto check_foreign = [&](int m, bool inside) {
+    const int other = model_.unit_scope_[m];
+    if (other == -1 || other == id_) return;
+    const std::string other_name = display_name(ir.modules[m].path);
+    if (inside) {
+      fail(ExitCode::kPlanning, "module " + name + " contains " + other_name +
+                                    ", a unit registered in " + scope_label(other) +
+                                    "; its forward would run a unit of another scope; shard " +
+                                    name + " in that scope or leave it out");
+    }
+    fail(ExitCode::kPlanning, "module " + name + " is inside " + other_name +
+                                  ", a unit registered in " + scope_label(other) +
+                                  ", which already owns its parameters");
+  };
+  for (int m = ir.modules[module].parent; m != -1; m = ir.modules[m].parent)
+    check_foreign(m, false);
+  for (size_t m = module + 1; m < ir.modules.size() && ir.contains(module, m); ++m) {
+    check_foreign(static_cast<int>(m), true);
+  }
+  model_.unit_scope_[module] = id_;
+  units_.push_back(module);
+}
+
+schema::Plan ShardingScope::finalize() {
+  if (finalized_) {
+    fail(ExitCode::kPlanning, "finalize() called twice; a scope is finalized exactly once");
+  }
+  if (units_.empty()) {
+    fail(ExitCode::kPlanning,
+         "the sharding scope registered no units; call fully_shard() for "
+         "at least one module before finalize()");
+  }
+  PlanIR ir;
+  ir.model = &model_.ir_;
+  ir.model_info = model_.info();
+  ir.mesh = mesh_;
+  ir.policy = policy_;
+  for (int m : units_) {
+    UnitIR unit;
+    unit.module = m;
+    ir.units.push_back(unit);
+  }
+  link_units(ir);
+  assign_ownership(ir);
+  lay_out_groups(ir);
+  derive_orders(ir);
+  build_schedule(ir);
+  assign_slots(ir);
+  schema::Plan plan = emit_plan(ir);
+  finalized_ = true;
+  close();
+  return plan;
+}
+
+void fully_shard(const std::string& path) {
+  if (!active_scope) {
+    fail(ExitCode::kPlanning, "fully_shard('" + display_name(path) +
+                                  "') outside a sharding scope; open a ShardingScope first");
+  }
+  active_scope->fully_shard(path);
+}
+
+}  // namespace mfsdp::planner

@@ -1,0 +1,54 @@
+#pragma once
+// The explicit sharding scope (Megatron-FSDP v2's fully_shard_context): units are registered
+// inside one active scope, and everything lazy FSDPs decide at the first forward is decided
+// when it closes.
+//
+//   ShardedModel model = ShardedModel::load("model.pt");
+//   ShardingScope scope(model, mesh, policy);
+//   scope.fully_shard("layers.0");   // or the free function fully_shard("layers.0")
+//   schema::Plan plan = scope.finalize();
+
+#include <string>
+#include <vector>
+
+#include "planner/sharded_model.h"
+#include "schema/plan.h"
+
+namespace mfsdp::planner {
+
+class ShardingScope {
+ public:
+  // Opens the scope on this thread. Throws Error(kPlanning) if another scope is active.
+  ShardingScope(ShardedModel& model, schema::Mesh mesh, schema::Policy policy);
+  // A scope closed without finalize() forgets its registrations.
+  ~ShardingScope();
+  ShardingScope(const ShardingScope&) = delete;
+  ShardingScope& operator=(const ShardingScope&) = delete;
+
+  // Makes the module at `path` ("" or "<root>" for the model) a unit. Throws Error(kPlanning)
+  // after finalize, for an unknown path, a module that already is a unit, or one that contains
+  // or sits inside a unit of another scope.
+  void fully_shard(const std::string& path);
+  // Runs the planner passes and closes the scope. Throws Error(kPlanning) on a second call,
+  // when no unit was registered, or when the units cannot be planned.
+  schema::Plan finalize();
+
+  const std::vector<int>& units() const { return units_; }
+  // The scope open on this thread, or nullptr.
+  static ShardingScope* active();
+
+ private:
+  void close();
+
+  ShardedModel& model_;
+  schema::Mesh mesh_;
+  schema::Policy policy_;
+  int id_ = 0;
+  std::vector<int> units_;  // module indices, registration order
+  bool finalized_ = false;
+};
+
+// fully_shard on the active scope; Error(kPlanning) when there is none.
+void fully_shard(const std::string& path);
+
+}  // namespace mfsdp::planner

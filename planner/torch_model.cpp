@@ -1,0 +1,286 @@
+#include "planner/torch_model.h"
+
+#include <fstream>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
+
+#include "planner/model_loader.h"
+#include "schema/error.h"
+
+namespace mfsdp::planner {
+namespace {
+
+using ObjectPtr = c10::intrusive_ptr<c10::ivalue::Object>;
+
+std::string dtype_name(c10::ScalarType t, const std::string& what) {
+  switch (t) {
+    case c10::ScalarType::Float:
+      return "float32";
+    case c10::ScalarType::Double:
+      return "float64";
+    case c10::ScalarType::Half:
+      return "float16";
+    case c10::ScalarType::BFloat16:
+      return "bfloat16";
+    case c10::ScalarType::Long:
+      return "int64";
+    case c10::ScalarType::Int:
+      return "int32";
+    case c10::ScalarType::Short:
+      return "int16";
+    case c10::ScalarType::Char:
+      return "int8";
+    case c10::ScalarType::Byte:
+      return "uint8";
+    case c10::ScalarType::Bool:
+      return "bool";
+    default:
+      fail(ExitCode::kModel, what + " has dtype " + c10::toString(t) +
+                                 ", which mfsdp cannot shard; convert it to a real dtype");
+  }
+}
+
+// TorchScript renames re-scripted classes "___torch_mangle_N"; plans must not depend on that.
+std::string demangled_type(const torch::jit::Module& m) {
+  auto name = m.type()->name();
+  if (!name) return "?";
+  std::string out;
+  for (const auto& atom : name->atoms()) {
+    if (atom.rfind("___torch_mangle_", 0) == 0) continue;
+    if (!out.empty()) out += '.';
+    out += atom;
+  }
+  return out;
+}
+
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+class Extractor {
+ public:
+  explicit Extractor(std::string origin) : origin_(std::move(origin)) {}
+
+  ModelIR run(const torch::jit::Module& model) {
+    add_module(model, "", -1);
+    auto forward = model.type()->findMethod("forward");
+    if (!forward) {
+      fail(ExitCode::kModel, origin_ +
+                                 ": the module has no forward method; mfsdp plans a model's "
+                                 "forward, so script a module that defines one");
+    }
+    ir_.trace.push_back({CallEvent::Kind::kEnter, 0, -1, false, false});
+    walk_method(model._ivalue(), "forward", false, false);
+    ir_.trace.push_back({CallEvent::Kind::kExit, 0, -1, false, false});
+    return std::move(ir_);
+  }
+
+ private:
+  void add_module(const torch::jit::Module& m, const std::string& path, int parent) {
+    const int index = static_cast<int>(ir_.modules.size());
+    ModuleNode node;
+    node.path = path;
+    node.type = demangled_type(m);
+    node.parent = parent;
+    ir_.modules.push_back(node);
+    module_of_.emplace(m._ivalue().get(), index);
+    if (parent >= 0) ir_.modules[parent].children.push_back(index);
+
+    for (const auto& p : m.named_parameters(/*recurse=*/false)) {
+      const int t = add_tensor(p.value, join(path, p.name), true);
+      ir_.modules[index].params.push_back(t);
+    }
+    for (const auto& b : m.named_buffers(/*recurse=*/false)) {
+      const int t = add_tensor(b.value, join(path, b.name), false);
+      ir_.modules[index].buffers.push_back(t);
+    }
+    for (const auto& child : m.named_children()) {
+      // A module instance registered twice keeps its first path; its second registration
+      // would otherwise own the same parameters twice.
+      if (module_of_.count(child.value._ivalue().get())) continue;
+      add_module(child.value, join(path, child.name), index);
+    }
+  }
+
+  // Tied weights arrive as one TensorImpl registered twice, or (after some transforms) as two
+  // TensorImpls viewing the same storage region; both are one tensor to the planner.
+  int add_tensor(const at::Tensor& t, const std::string& fqn, bool is_parameter) {
+    auto by_impl = tensor_of_impl_.find(t.unsafeGetTensorImpl());
+    if (by_impl != tensor_of_impl_.end()) {
+      ir_.tensors[by_impl->second].names.push_back(fqn);
+      return by_impl->second;
+    }
+    int index = -1;
+    const void* data = t.numel() > 0 ? t.storage().data() : nullptr;
+    if (data) {
+      auto key = std::make_tuple(data, t.storage_offset(), t.sizes().vec(), t.strides().vec());
+      auto by_view = tensor_of_view_.find(key);
+      if (by_view != tensor_of_view_.end()) {
+        index = by_view->second;
+      } else {
+        auto storage = storage_owner_.find(data);
+        if (storage != storage_owner_.end()) {
+          fail(ExitCode::kModel,
+               origin_ + ": " + fqn + " and " + ir_.tensors[storage->second].names.front() +
+                   " are different views of one storage; mfsdp shards whole parameters, so "
+                   "clone one of them before saving the model");
+        }
+        storage_owner_.emplace(data, static_cast<int>(ir_.tensors.size()));
+        tensor_of_view_.emplace(key, static_cast<int>(ir_.tensors.size()));
+      }
+    }
+    if (index >= 0) {
+      ir_.tensors[index].names.push_back(fqn);
+    } else {
+      index = static_cast<int>(ir_.tensors.size());
+      TensorInfo info;
+      info.names.push_back(fqn);
+      info.shape = t.sizes().vec();
+      info.dtype = dtype_name(t.scalar_type(), origin_ + ": " + fqn);
+      info.requires_grad = is_parameter && t.requires_grad();
+      info.is_parameter = is_parameter;
+      ir_.tensors.push_back(std::move(info));
+    }
+    tensor_of_impl_.emplace(t.unsafeGetTensorImpl(), index);
+    return index;
+  }
+
+  struct Context {
+    ObjectPtr self;
+    std::unordered_map<const torch::jit::Value*, ObjectPtr> objects;
+    bool under_if = false;
+    bool under_loop = false;
+  };
+
+  void walk_method(const ObjectPtr& self, const std::string& method, bool under_if,
+                   bool under_loop) {
+    auto* fn = self->type()->findMethod(method);
+    if (!fn) return;
+    const auto& graph = toGraphFunction(*fn).graph();
+    Context ctx;
+    ctx.self = self;
+    ctx.objects.emplace(graph->inputs().at(0), self);
+    ctx.under_if = under_if;
+    ctx.under_loop = under_loop;
+    walk_block(graph->block(), ctx);
+  }
+
+  void walk_block(torch::jit::Block* block, Context& ctx) {
+    for (torch::jit::Node* node : block->nodes()) {
+      const auto kind = node->kind();
+      if (kind == c10::prim::GetAttr) {
+        on_get_attr(node, ctx);
+      } else if (kind == c10::prim::CallMethod) {
+        on_call_method(node, ctx);
+      } else if (!node->blocks().empty()) {
+        const bool saved_if = ctx.under_if, saved_loop = ctx.under_loop;
+        if (kind == c10::prim::If) ctx.under_if = true;
+        if (kind == c10::prim::Loop) ctx.under_loop = true;
+        for (torch::jit::Block* sub : node->blocks()) walk_block(sub, ctx);
+        ctx.under_if = saved_if;
+        ctx.under_loop = saved_loop;
+      }
+    }
+  }
+
+  void on_get_attr(torch::jit::Node* node, Context& ctx) {
+    auto owner = ctx.objects.find(node->input(0));
+    if (owner == ctx.objects.end()) return;
+    const auto& object = owner->second;
+    const auto slot = attribute_slot(*object->type(), node->s(c10::attr::name));
+    if (!slot) return;
+    const c10::IValue value = object->getSlot(*slot);
+    if (value.isObject() && value.toObjectRef().type()->is_module()) {
+      ctx.objects.emplace(node->output(), value.toObject());
+    } else if (value.isTensor()) {
+      auto t = tensor_of_impl_.find(value.toTensor().unsafeGetTensorImpl());
+      if (t != tensor_of_impl_.end()) {
+        ir_.trace.push_back({CallEvent::Kind::kRead, -1, t->second, ctx.under_if, ctx.under_loop});
+      }
+    }
+  }
+
+  // ClassType::findAttributeSlot is a linear scan; a model's root can hold thousands of
+  // attributes, read once each, which would make extraction quadratic.
+  std::optional<size_t> attribute_slot(const c10::ClassType& type, const std::string& name) {
+    auto& slots = slot_index_[&type];
+    if (slots.empty()) {
+      for (size_t i = 0; i < type.numAttributes(); ++i) slots.emplace(type.getAttributeName(i), i);
+    }
+    auto it = slots.find(name);
+    if (it == slots.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // `forward` on another module is a module call (an enter/exit pair); any other method, or
+  // a call on self (torchvision's _forward_impl), runs inline as part of the caller.
+  void on_call_method(torch::jit::Node* node, Context& ctx) {
+    auto callee = ctx.objects.find(node->input(0));
+    if (callee == ctx.objects.end()) return;
+    const std::string method = node->s(c10::attr::name);
+    const bool is_self = callee->second.get() == ctx.self.get();
+    auto module = module_of_.find(callee->second.get());
+    const bool is_call = method == "forward" && !is_self && module != module_of_.end();
+    if (is_call) {
+      ir_.trace.push_back(
+          {CallEvent::Kind::kEnter, module->second, -1, ctx.under_if, ctx.under_loop});
+    }
+    walk_method(callee->second, method, ctx.under_if, ctx.under_loop);
+    if (is_call) {
+      ir_.trace.push_back(
+          {CallEvent::Kind::kExit, module->second, -1, ctx.under_if, ctx.under_loop});
+    }
+  }
+
+  std::string origin_;
+  ModelIR ir_;
+  std::unordered_map<const c10::ivalue::Object*, int> module_of_;
+  std::unordered_map<const c10::TensorImpl*, int> tensor_of_impl_;
+  std::map<std::tuple<const void*, int64_t, std::vector<int64_t>, std::vector<int64_t>>, int>
+      tensor_of_view_;
+  std::unordered_map<const void*, int> storage_owner_;
+  std::unordered_map<const c10::ClassType*, std::unordered_map<std::string, size_t>> slot_index_;
+};
+
+// c10 messages carry a backtrace and several lines; the CLI prints one.
+std::string first_line(const std::string& text) {
+  const auto end = text.find('\n');
+  return text.substr(0, end);
+}
+
+}  // namespace
+
+ModelIR extract_model(const torch::jit::Module& module, const std::string& origin) {
+  return Extractor(origin).run(module);
+}
+
+ModelIR load_model(const std::string& path) {
+  {
+    std::ifstream probe(path, std::ios::binary);
+    if (!probe) fail(ExitCode::kModel, path + ": cannot open the model file (does it exist?)");
+    if (probe.peek() == std::ifstream::traits_type::eof()) {
+      fail(ExitCode::kModel, path +
+                                 ": the model file is empty; save it with "
+                                 "torch.jit.script(model).save(path)");
+    }
+  }
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(path, torch::kCPU);
+  } catch (const c10::Error& e) {
+    const std::string why = first_line(e.what_without_backtrace());
+    const bool not_zip = why.find("zip archive") != std::string::npos;
+    fail(ExitCode::kModel, path +
+                               (not_zip ? ": not a TorchScript archive, or truncated ("
+                                        : ": not a TorchScript model (") +
+                               why + "); save the model with torch.jit.script(model).save(path)");
+  } catch (const std::exception& e) {
+    fail(ExitCode::kModel, path + ": cannot load as TorchScript (" + first_line(e.what()) +
+                               "); save the model with torch.jit.script(model).save(path)");
+  }
+  return extract_model(module, path);
+}
+
+}  // namespace mfsdp::planner

@@ -1,0 +1,127 @@
+#include "planner/unit_selector.h"
+
+#include <set>
+
+#include "schema/error.h"
+#include "schema/plan.h"
+
+namespace mfsdp::planner {
+namespace {
+
+std::vector<std::string> split(const std::string& path) {
+  std::vector<std::string> out;
+  if (path.empty()) return out;
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = path.find('.', start);
+    out.push_back(path.substr(start, dot - start));
+    if (dot == std::string::npos) return out;
+    start = dot + 1;
+  }
+}
+
+bool segment_matches(const char* p, const char* s) {
+  for (; *p; ++p, ++s) {
+    if (*p == '*') {
+      for (const char* rest = s;; ++rest) {
+        if (segment_matches(p + 1, rest)) return true;
+        if (!*rest) return false;
+      }
+    }
+    if (*p != *s) return false;
+  }
+  return !*s;
+}
+
+bool segments_match(const std::vector<std::string>& p, size_t i, const std::vector<std::string>& s,
+                    size_t j) {
+  if (i == p.size()) return j == s.size();
+  if (p[i] == "**") {
+    for (size_t k = j; k <= s.size(); ++k) {
+      if (segments_match(p, i + 1, s, k)) return true;
+    }
+    return false;
+  }
+  return j < s.size() && segment_matches(p[i].c_str(), s[j].c_str()) &&
+         segments_match(p, i + 1, s, j + 1);
+}
+
+std::string short_type(const std::string& type) {
+  const size_t dot = type.rfind('.');
+  return dot == std::string::npos ? type : type.substr(dot + 1);
+}
+
+std::string listing(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size() && i < 12; ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > 12) out += ", ... (" + std::to_string(items.size() - 12) + " more)";
+  return out;
+}
+
+[[noreturn]] void fail_no_match(const ModelIR& model, const UnitSelector& selector) {
+  std::vector<std::string> hints;
+  if (selector.kind == UnitSelector::Kind::kPath) {
+    for (int c : model.modules[0].children) hints.push_back(model.modules[c].path);
+    fail(ExitCode::kPlanning, selector.origin() +
+                                  " matches no module; the model's top-level "
+                                  "modules are: " +
+                                  listing(hints) + " ('*' matches one path segment, '**' any)");
+  }
+  std::set<std::string> types;
+  for (const auto& m : model.modules) types.insert(short_type(m.type));
+  fail(ExitCode::kPlanning, selector.origin() + " matches no module; types in the model: " +
+                                listing({types.begin(), types.end()}));
+}
+
+}  // namespace
+
+std::string UnitSelector::origin() const {
+  if (!source.empty()) return source + " '" + pattern + "'";
+  return (kind == Kind::kPath ? "--unit '" : "--unit-type '") + pattern + "'";
+}
+
+bool path_matches(const std::string& pattern, const std::string& path) {
+  if (pattern.empty() || pattern == schema::kRootName) return path.empty();
+  return segments_match(split(pattern), 0, split(path), 0);
+}
+
+bool type_matches(const std::string& pattern, const std::string& type) {
+  return pattern == type || pattern == short_type(type);
+}
+
+std::vector<int> select_units(const ModelIR& model, const std::vector<UnitSelector>& selectors) {
+  std::vector<int> picked;
+  std::vector<int> picked_by(model.modules.size(), -1);
+  for (size_t s = 0; s < selectors.size(); ++s) {
+    const UnitSelector& selector = selectors[s];
+    bool any = false;
+    for (size_t m = 0; m < model.modules.size(); ++m) {
+      const bool hit = selector.kind == UnitSelector::Kind::kPath
+                           ? path_matches(selector.pattern, model.modules[m].path)
+                           : type_matches(selector.pattern, model.modules[m].type);
+      if (!hit) continue;
+      any = true;
+      if (picked_by[m] != -1) {
+        fail(ExitCode::kPlanning, selectors[picked_by[m]].origin() + " and " + selector.origin() +
+                                      " both select module " + display_name(model.modules[m].path) +
+                                      "; a module is sharded once, so narrow one of them");
+      }
+      picked_by[m] = static_cast<int>(s);
+      picked.push_back(static_cast<int>(m));
+    }
+    if (!any) fail_no_match(model, selector);
+  }
+  return picked;
+}
+
+std::vector<int> auto_units(const ModelIR& model) {
+  std::vector<int> units;
+  for (const auto& m : model.modules) {
+    if (short_type(m.type) != "ModuleList") continue;
+    units.insert(units.end(), m.children.begin(), m.children.end());
+  }
+  units.push_back(0);
+  return units;
+}
+
+}  // namespace mfsdp::planner

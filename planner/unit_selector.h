@@ -1,0 +1,37 @@
+#pragma once
+// Choosing units by module path globs or module type, as `mfsdp plan --unit/--unit-type/--auto`
+// and scope files do.
+
+#include <string>
+#include <vector>
+
+#include "planner/model_ir.h"
+
+namespace mfsdp::planner {
+
+struct UnitSelector {
+  enum class Kind { kPath, kType };
+  UnitSelector(Kind kind, std::string pattern, std::string source = "")
+      : kind(kind), pattern(std::move(pattern)), source(std::move(source)) {}
+
+  Kind kind = Kind::kPath;
+  std::string pattern;
+  std::string source;  // where it was written, e.g. "scope.json: fully_shard[2]"; "" for flags
+  // How the user wrote it, for messages: "--unit 'layers.*'", "scope.json: fully_shard[2] 'x'".
+  std::string origin() const;
+};
+
+// Path globs work on '.'-separated segments: '*' matches within one segment, '**' matches any
+// number of whole segments, and '<root>' or '' is the model itself.
+bool path_matches(const std::string& pattern, const std::string& path);
+// Type patterns match the qualified class name or its last component ("Block").
+bool type_matches(const std::string& pattern, const std::string& type);
+
+// Module indices to register, in selector order and, within a selector, definition order.
+// Throws Error(kPlanning) when a selector matches nothing or two selectors pick one module.
+std::vector<int> select_units(const ModelIR& model, const std::vector<UnitSelector>& selectors);
+
+// --auto: every element of every ModuleList, then the model itself.
+std::vector<int> auto_units(const ModelIR& model);
+
+}  // namespace mfsdp::planner

@@ -1,0 +1,158 @@
+#pragma once
+// In-memory form of a plan file (`"schema": "mfsdp.plan/1"`). Plain data, no LibTorch, so the
+// planner writes it, and `validate`/`show`/`diff` and the executor read it, without loading a
+// model. Units and parameters are referred to by name so a diff of two plans reads like a review.
+// The meaning of every field is documented in docs/plan-format.md.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mfsdp::schema {
+
+inline constexpr const char* kPlanSchemaVersion = "mfsdp.plan/1";
+// The name a unit or module path "" (the model itself) is printed as.
+inline constexpr const char* kRootName = "<root>";
+
+// Bytes per element of a dtype name ("float32", "bfloat16", "int64", ...); throws mfsdp::Error
+// for an unknown name. `dtype_names()` lists the accepted ones.
+int64_t dtype_size(const std::string& dtype);
+bool is_floating_dtype(const std::string& dtype);
+const std::vector<std::string>& dtype_names();
+
+struct ModelInfo {
+  std::string path;             // as given on the command line
+  std::string sha256;           // of the file's bytes
+  std::string structural_hash;  // sha256 of module tree + parameter/buffer names, shapes, dtypes
+  int64_t modules = 0;
+  int64_t parameters = 0;  // distinct parameter tensors (tied weights count once)
+  int64_t parameter_numel = 0;
+};
+
+struct Mesh {
+  int64_t world_size = 1;
+  int64_t shard_size = 1;      // ranks one flat buffer is split across
+  int64_t replicate_size = 1;  // HSDP replicas; world_size == shard_size * replicate_size
+};
+
+struct Policy {
+  std::optional<std::string>
+      param_dtype;                       // dtype of unsharded floating parameters; none: as stored
+  std::string reduce_dtype = "float32";  // dtype of gradient reduce-scatter and main grads
+  bool reshard_after_forward = true;
+  int64_t forward_prefetch = 1;       // all-gathers issued ahead of the running unit in forward
+  int64_t backward_prefetch = 1;      // same, in backward
+  int64_t resident_budget_bytes = 0;  // cap on live unsharded bytes; 0 = no cap
+  bool unified_stream = false;        // one stream for all collectives instead of two
+  int64_t align_bytes = 16;           // parameter offsets and shard boundaries align to this
+};
+
+struct Stream {
+  std::string name;                      // "all_gather", "reduce_scatter" or "unified"
+  std::vector<std::string> collectives;  // collective kinds issued on it
+};
+
+struct ParamLayout {
+  std::string name;  // fully-qualified parameter name (first registration in definition order)
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  int64_t offset = 0;                // element offset in the group's flat buffer
+  std::vector<std::string> aliases;  // other names of the same tensor (tied weights)
+};
+
+struct Group {
+  std::string dtype;  // storage dtype of the parameters
+  bool requires_grad = true;
+  int64_t numel = 0;         // end of the last parameter, alignment gaps included
+  int64_t padded_numel = 0;  // numel rounded up so it splits evenly and aligned across shards
+  int64_t shard_numel =
+      0;  // padded_numel / shard_size; shard rank r owns [r*shard_numel, +shard_numel)
+  std::vector<ParamLayout> params;
+};
+
+struct BufferInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype;
+};
+
+struct Unit {
+  std::string name;                   // module path, kRootName for the model
+  std::string type;                   // TorchScript qualified class name
+  std::optional<std::string> parent;  // nearest enclosing unit
+  bool root = false;
+  int64_t call_count = 0;           // static call sites reached from forward
+  bool conditional = false;         // a call sits under prim::If
+  bool repeated = false;            // a call sits under prim::Loop
+  bool kept_after_forward = false;  // not resharded after forward (first needed in backward)
+  int64_t unsharded_bytes = 0;      // gathered size, in compute dtype, all groups
+  int64_t sharded_bytes = 0;        // per rank, in storage dtype, all groups
+  std::vector<Group> groups;
+  std::vector<BufferInfo> buffers;  // recorded, not sharded
+};
+
+// One point of the per-microbatch schedule. The executor performs, in this order: issue the
+// `all_gather`s, wait for the `wait`s, (run the unit), then `reshard` and `reduce_scatter`.
+struct ScheduleEntry {
+  std::string phase;  // "forward" | "backward"
+  std::string point;  // "pre_forward" | "post_forward" | "pre_backward" | "post_backward" |
+                      // "end_of_backward"
+  std::optional<std::string> unit;  // none for end_of_backward
+  int64_t call = 0;                 // which forward call of the unit (0-based)
+  std::vector<std::string> all_gather;
+  std::vector<std::string> wait;
+  std::vector<std::string> reshard;
+  std::vector<std::string> reduce_scatter;
+  int64_t unsharded_bytes = 0;  // live unsharded bytes after the all-gathers, before reshards
+};
+
+struct Slot {
+  int64_t index = 0;
+  int64_t bytes = 0;
+  std::vector<std::string> units;  // units whose unsharded buffers live in this slot
+};
+
+struct Memory {
+  int64_t sharded_param_bytes = 0;  // per rank
+  int64_t sharded_grad_bytes = 0;   // per rank, main grads in reduce dtype
+  int64_t peak_unsharded_bytes = 0;
+  std::string peak_at;  // schedule point where the peak first occurs, e.g. "pre_forward layers.3"
+  int64_t slot_bytes = 0;  // sum of slot sizes: what the executor allocates once
+  std::vector<Slot> slots;
+};
+
+struct Communication {  // per microbatch, per rank
+  int64_t all_gather_count = 0;
+  int64_t all_gather_bytes = 0;  // unsharded bytes received by all-gathers
+  int64_t reduce_scatter_count = 0;
+  int64_t reduce_scatter_bytes = 0;  // unsharded gradient bytes fed to reduce-scatters
+  int64_t all_reduce_bytes = 0;  // HSDP: sharded gradient bytes all-reduced across replicas, once
+                                 // per optimizer step (after the last microbatch)
+};
+
+struct Diagnostic {
+  std::string severity;  // "info" | "warning" | "error"
+  std::string code;      // stable identifier, e.g. "ownership.hoisted"
+  std::string message;
+  std::string where;  // unit, module or parameter name
+};
+
+struct Plan {
+  std::string schema = kPlanSchemaVersion;
+  std::string generator;
+  ModelInfo model;
+  Mesh mesh;
+  Policy policy;
+  std::vector<Stream> streams;
+  std::vector<Unit> units;
+  std::vector<std::string> roots;
+  std::vector<std::string> forward_order;
+  std::vector<std::string> backward_order;
+  std::vector<ScheduleEntry> schedule;
+  Memory memory;
+  Communication communication;
+  std::vector<Diagnostic> diagnostics;
+};
+
+}  // namespace mfsdp::schema

@@ -1,0 +1,221 @@
+#include "schema/plan_check.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "schema/check_context.h"
+#include "schema/plan_rules.h"
+
+namespace mfsdp::schema {
+namespace check {
+
+std::string to_string(Wide value) {
+  if (value < 0) return "-" + to_string(-value);
+  std::string digits;
+  do {
+    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(value % 10)));
+    value /= 10;
+  } while (value > 0);
+  return digits;
+}
+
+std::string quote(const std::string& name) {
+  const std::string literal =
+      nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return "'" + literal.substr(1, literal.size() - 2) + "'";
+}
+
+std::string quote_list(const std::vector<std::string>& names) {
+  std::string text = "[";
+  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : ", ") + quote(names[i]);
+  return text + "]";
+}
+
+std::string at(const std::string& path, size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+
+Context::Context(const Plan& plan) : plan(plan) {
+  const std::vector<std::string>& dtypes = dtype_names();
+  for (const Unit& unit : plan.units) {
+    units_.emplace(unit.name, &unit);
+    for (const Group& group : unit.groups) {
+      if (std::find(dtypes.begin(), dtypes.end(), group.dtype) == dtypes.end()) {
+        group_dtypes_known_ = false;
+      }
+    }
+  }
+}
+
+const Unit* Context::unit(const std::string& name) const {
+  const auto it = units_.find(name);
+  return it == units_.end() ? nullptr : it->second;
+}
+
+namespace {
+
+std::optional<int64_t> known_size(const std::string& dtype) {
+  const std::vector<std::string>& names = dtype_names();
+  if (std::find(names.begin(), names.end(), dtype) == names.end()) return std::nullopt;
+  return dtype_size(dtype);
+}
+
+bool is_power_of_two(int64_t value) {
+  return value >= 1 && (value & (value - 1)) == 0;
+}
+
+}  // namespace
+
+std::optional<int64_t> Context::storage_size(const Group& group) const {
+  return known_size(group.dtype);
+}
+
+std::optional<int64_t> Context::compute_size(const Group& group) const {
+  if (!known_size(group.dtype)) return std::nullopt;
+  // A param_dtype that is not a floating dtype was reported by check_header; using it here
+  // would only repeat that problem as layout noise.
+  if (plan.policy.param_dtype && is_floating_dtype(group.dtype) &&
+      !is_floating_dtype(*plan.policy.param_dtype)) {
+    return std::nullopt;
+  }
+  return known_size(schema::compute_dtype(plan.policy, group.dtype));
+}
+
+std::optional<int64_t> Context::reduce_size() const {
+  if (!is_floating_dtype(plan.policy.reduce_dtype)) return std::nullopt;
+  return dtype_size(plan.policy.reduce_dtype);
+}
+
+std::optional<int64_t> Context::align_elems(const Group& group) const {
+  if (!is_power_of_two(plan.policy.align_bytes) || !compute_size(group)) return std::nullopt;
+  return schema::align_elems(plan.policy, group.dtype);
+}
+
+namespace {
+
+void check_dtype_is_floating(Context& context, const std::string& path, const std::string& dtype) {
+  if (is_floating_dtype(dtype)) return;
+  const std::vector<std::string>& names = dtype_names();
+  const bool known = std::find(names.begin(), names.end(), dtype) != names.end();
+  context.report(
+      path, (known ? quote(dtype) + " is not a floating dtype" : "unknown dtype " + quote(dtype)) +
+                "; expected float32, float64, float16 or bfloat16");
+}
+
+void check_at_least(Context& context, const std::string& path, int64_t value, int64_t minimum) {
+  if (value < minimum) {
+    context.report(path,
+                   "must be >= " + std::to_string(minimum) + ", got " + std::to_string(value));
+  }
+}
+
+std::string describe_streams(const std::vector<Stream>& streams) {
+  std::string text;
+  for (const Stream& stream : streams) {
+    text += (text.empty() ? "" : ", ") + quote(stream.name) + " " + quote_list(stream.collectives);
+  }
+  return "[" + text + "]";
+}
+
+}  // namespace
+
+void check_header(Context& context) {
+  const Plan& plan = context.plan;
+  if (plan.schema != kPlanSchemaVersion) {
+    context.report("schema",
+                   "is " + quote(plan.schema) + ", expected " + quote(kPlanSchemaVersion));
+  }
+
+  const Mesh& mesh = plan.mesh;
+  check_at_least(context, "mesh.world_size", mesh.world_size, 1);
+  check_at_least(context, "mesh.shard_size", mesh.shard_size, 1);
+  check_at_least(context, "mesh.replicate_size", mesh.replicate_size, 1);
+  if (mesh.world_size >= 1 && mesh.shard_size >= 1 && mesh.replicate_size >= 1 &&
+      Wide{mesh.world_size} != Wide{mesh.shard_size} * mesh.replicate_size) {
+    context.report("mesh.world_size", std::to_string(mesh.world_size) + " is not shard_size " +
+                                          std::to_string(mesh.shard_size) + " × replicate_size " +
+                                          std::to_string(mesh.replicate_size));
+  }
+
+  const Policy& policy = plan.policy;
+  if (policy.param_dtype)
+    check_dtype_is_floating(context, "policy.param_dtype", *policy.param_dtype);
+  check_dtype_is_floating(context, "policy.reduce_dtype", policy.reduce_dtype);
+  check_at_least(context, "policy.forward_prefetch", policy.forward_prefetch, 0);
+  check_at_least(context, "policy.backward_prefetch", policy.backward_prefetch, 0);
+  check_at_least(context, "policy.resident_budget_bytes", policy.resident_budget_bytes, 0);
+  if (!is_power_of_two(policy.align_bytes)) {
+    context.report("policy.align_bytes",
+                   "must be a power of two >= 1, got " + std::to_string(policy.align_bytes));
+  }
+
+  const std::vector<Stream> expected = expected_streams(policy);
+  const bool same = plan.streams.size() == expected.size() &&
+                    std::equal(expected.begin(), expected.end(), plan.streams.begin(),
+                               [](const Stream& a, const Stream& b) {
+                                 return a.name == b.name && a.collectives == b.collectives;
+                               });
+  if (!same) {
+    context.report("streams", "are " + describe_streams(plan.streams) + ", expected " +
+                                  describe_streams(expected) + " for policy.unified_stream " +
+                                  (policy.unified_stream ? "true" : "false"));
+  }
+}
+
+void check_orders(Context& context) {
+  const Plan& plan = context.plan;
+  const auto check_order = [&](const std::string& path, const std::vector<std::string>& order) {
+    std::map<std::string, size_t> listed;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const Unit* unit = context.unit(order[k]);
+      if (unit == nullptr) {
+        context.report(at(path, k), quote(order[k]) + " is not a unit");
+      } else if (unit->call_count <= 0) {
+        context.report(at(path, k), quote(order[k]) + " is never called (call_count " +
+                                        std::to_string(unit->call_count) + ")");
+      } else if (const auto [it, fresh] = listed.emplace(order[k], k); !fresh) {
+        context.report(at(path, k),
+                       quote(order[k]) + " is listed twice (also " + at(path, it->second) + ")");
+      }
+    }
+    for (const Unit& unit : plan.units) {
+      if (unit.call_count > 0 && context.unit(unit.name) == &unit && !listed.count(unit.name)) {
+        context.report(path, "misses " + quote(unit.name) + ", which is called " +
+                                 std::to_string(unit.call_count) + " time(s)");
+      }
+    }
+  };
+  check_order("forward_order", plan.forward_order);
+  check_order("backward_order", plan.backward_order);
+}
+
+void check_diagnostics(Context& context) {
+  const std::vector<Diagnostic>& diagnostics = context.plan.diagnostics;
+  for (size_t i = 0; i < diagnostics.size(); ++i) {
+    const std::string path = at("diagnostics", i);
+    const std::string& severity = diagnostics[i].severity;
+    if (severity != "info" && severity != "warning" && severity != "error") {
+      context.report(path + ".severity",
+                     "is " + quote(severity) + ", expected 'info', 'warning' or 'error'");
+    }
+    if (diagnostics[i].code.empty()) context.report(path + ".code", "is empty");
+  }
+}
+
+}  // namespace check
+
+std::vector<Problem> check_plan(const Plan& plan) {
+  check::Context context(plan);
+  check::check_header(context);
+  check::check_units(context);
+  check::check_layout(context);
+  check::check_orders(context);
+  const check::Lifetimes lifetimes = check::check_schedule(context);
+  check::check_memory(context, lifetimes);
+  check::check_communication(context);
+  check::check_diagnostics(context);
+  return context.take_problems();
+}
+
+}  // namespace mfsdp::schema

@@ -1,0 +1,246 @@
+#include "schema/plan_json.h"
+
+#include <nlohmann/json.hpp>
+
+#include "schema/error.h"
+
+namespace mfsdp::schema {
+namespace {
+
+using nlohmann::ordered_json;
+
+// Keys are emitted in the order of the struct members in plan.h; parse_plan reads the same names.
+
+ordered_json to_json(const Stream& stream);
+ordered_json to_json(const ParamLayout& param);
+ordered_json to_json(const Group& group);
+ordered_json to_json(const BufferInfo& buffer);
+ordered_json to_json(const Unit& unit);
+ordered_json to_json(const ScheduleEntry& entry);
+ordered_json to_json(const Slot& slot);
+ordered_json to_json(const Diagnostic& diagnostic);
+
+template <typename T>
+ordered_json array_of(const std::vector<T>& items) {
+  ordered_json j = ordered_json::array();
+  for (const T& item : items) j.push_back(to_json(item));
+  return j;
+}
+
+ordered_json optional_text(const std::optional<std::string>& text) {
+  return text ? ordered_json(*text) : ordered_json(nullptr);
+}
+
+ordered_json to_json(const ModelInfo& model) {
+  ordered_json j = ordered_json::object();
+  j["path"] = model.path;
+  j["sha256"] = model.sha256;
+  j["structural_hash"] = model.structural_hash;
+  j["modules"] = model.modules;
+  j["parameters"] = model.parameters;
+  j["parameter_numel"] = model.parameter_numel;
+  return j;
+}
+
+ordered_json to_json(const Mesh& mesh) {
+  ordered_json j = ordered_json::object();
+  j["world_size"] = mesh.world_size;
+  j["shard_size"] = mesh.shard_size;
+  j["replicate_size"] = mesh.replicate_size;
+  return j;
+}
+
+ordered_json to_json(const Policy& policy) {
+  ordered_json j = ordered_json::object();
+  j["param_dtype"] = optional_text(policy.param_dtype);
+  j["reduce_dtype"] = policy.reduce_dtype;
+  j["reshard_after_forward"] = policy.reshard_after_forward;
+  j["forward_prefetch"] = policy.forward_prefetch;
+  j["backward_prefetch"] = policy.backward_prefetch;
+  j["resident_budget_bytes"] = policy.resident_budget_bytes;
+  j["unified_stream"] = policy.unified_stream;
+  j["align_bytes"] = policy.align_bytes;
+  return j;
+}
+
+ordered_json to_json(const Stream& stream) {
+  ordered_json j = ordered_json::object();
+  j["name"] = stream.name;
+  j["collectives"] = stream.collectives;
+  return j;
+}
+
+ordered_json to_json(const ParamLayout& param) {
+  ordered_json j = ordered_json::object();
+  j["name"] = param.name;
+  j["shape"] = param.shape;
+  j["numel"] = param.numel;
+  j["offset"] = param.offset;
+  j["aliases"] = param.aliases;
+  return j;
+}
+
+ordered_json to_json(const Group& group) {
+  ordered_json j = ordered_json::object();
+  j["dtype"] = group.dtype;
+  j["requires_grad"] = group.requires_grad;
+  j["numel"] = group.numel;
+  j["padded_numel"] = group.padded_numel;
+  j["shard_numel"] = group.shard_numel;
+  j["params"] = array_of(group.params);
+  return j;
+}
+
+ordered_json to_json(const BufferInfo& buffer) {
+  ordered_json j = ordered_json::object();
+  j["name"] = buffer.name;
+  j["shape"] = buffer.shape;
+  j["dtype"] = buffer.dtype;
+  return j;
+}
+
+ordered_json to_json(const Unit& unit) {
+  ordered_json j = ordered_json::object();
+  j["name"] = unit.name;
+  j["type"] = unit.type;
+  j["parent"] = optional_text(unit.parent);
+  j["root"] = unit.root;
+  j["call_count"] = unit.call_count;
+  j["conditional"] = unit.conditional;
+  j["repeated"] = unit.repeated;
+  j["kept_after_forward"] = unit.kept_after_forward;
+  j["unsharded_bytes"] = unit.unsharded_bytes;
+  j["sharded_bytes"] = unit.sharded_bytes;
+  j["groups"] = array_of(unit.groups);
+  j["buffers"] = array_of(unit.buffers);
+  return j;
+}
+
+ordered_json to_json(const ScheduleEntry& entry) {
+  ordered_json j = ordered_json::object();
+  j["phase"] = entry.phase;
+  j["point"] = entry.point;
+  j["unit"] = optional_text(entry.unit);
+  j["call"] = entry.call;
+  j["all_gather"] = entry.all_gather;
+  j["wait"] = entry.wait;
+  j["reshard"] = entry.reshard;
+  j["reduce_scatter"] = entry.reduce_scatter;
+  j["unsharded_bytes"] = entry.unsharded_bytes;
+  return j;
+}
+
+ordered_json to_json(const Slot& slot) {
+  ordered_json j = ordered_json::object();
+  j["index"] = slot.index;
+  j["bytes"] = slot.bytes;
+  j["units"] = slot.units;
+  return j;
+}
+
+ordered_json to_json(const Memory& memory) {
+  ordered_json j = ordered_json::object();
+  j["sharded_param_bytes"] = memory.sharded_param_bytes;
+  j["sharded_grad_bytes"] = memory.sharded_grad_bytes;
+  j["peak_unsharded_bytes"] = memory.peak_unsharded_bytes;
+  j["peak_at"] = memory.peak_at;
+  j["slot_bytes"] = memory.slot_bytes;
+  j["slots"] = array_of(memory.slots);
+  return j;
+}
+
+ordered_json to_json(const Communication& communication) {
+  ordered_json j = ordered_json::object();
+  j["all_gather_count"] = communication.all_gather_count;
+  j["all_gather_bytes"] = communication.all_gather_bytes;
+  j["reduce_scatter_count"] = communication.reduce_scatter_count;
+  j["reduce_scatter_bytes"] = communication.reduce_scatter_bytes;
+  j["all_reduce_bytes"] = communication.all_reduce_bytes;
+  return j;
+}
+
+ordered_json to_json(const Diagnostic& diagnostic) {
+  ordered_json j = ordered_json::object();
+  j["severity"] = diagnostic.severity;
+  j["code"] = diagnostic.code;
+  j["message"] = diagnostic.message;
+  j["where"] = diagnostic.where;
+  return j;
+}
+
+}  // namespace
+
+ordered_json plan_to_json(const Plan& plan) {
+  ordered_json j = ordered_json::object();
+  j["schema"] = plan.schema;
+  j["generator"] = plan.generator;
+  j["model"] = to_json(plan.model);
+  j["mesh"] = to_json(plan.mesh);
+  j["policy"] = to_json(plan.policy);
+  j["streams"] = array_of(plan.streams);
+  j["units"] = array_of(plan.units);
+  j["roots"] = plan.roots;
+  j["forward_order"] = plan.forward_order;
+  j["backward_order"] = plan.backward_order;
+  j["schedule"] = array_of(plan.schedule);
+  j["memory"] = to_json(plan.memory);
+  j["communication"] = to_json(plan.communication);
+  j["diagnostics"] = array_of(plan.diagnostics);
+  return j;
+}
+
+namespace {
+
+bool is_scalar_array(const ordered_json& j) {
+  if (!j.is_array() || j.empty()) return false;
+  for (const auto& item : j) {
+    if (item.is_structured()) return false;
+  }
+  return true;
+}
+
+// Like dump(2), except that arrays of scalars (shapes, unit lists) stay on one line: a plan
+// then reads like a table in review, and a changed shape is a one-line diff.
+void write_readable(const ordered_json& j, int indent, std::string& out) {
+  const std::string pad(indent, ' '), inner(indent + 2, ' ');
+  if (j.is_object() && !j.empty()) {
+    out += "{\n";
+    size_t i = 0;
+    for (auto it = j.begin(); it != j.end(); ++it, ++i) {
+      out += inner + ordered_json(it.key()).dump() + ": ";
+      write_readable(it.value(), indent + 2, out);
+      out += i + 1 < j.size() ? ",\n" : "\n";
+    }
+    out += pad + "}";
+  } else if (j.is_array() && !j.empty() && !is_scalar_array(j)) {
+    out += "[\n";
+    for (size_t i = 0; i < j.size(); ++i) {
+      out += inner;
+      write_readable(j[i], indent + 2, out);
+      out += i + 1 < j.size() ? ",\n" : "\n";
+    }
+    out += pad + "]";
+  } else if (is_scalar_array(j)) {
+    out += "[";
+    for (size_t i = 0; i < j.size(); ++i) out += (i ? ", " : "") + j[i].dump();
+    out += "]";
+  } else {
+    out += j.dump();
+  }
+}
+
+}  // namespace
+
+std::string dump_plan(const Plan& plan) {
+  try {
+    std::string out;
+    write_readable(plan_to_json(plan), 0, out);
+    return out + "\n";
+  } catch (const nlohmann::json::type_error& e) {
+    // The only type error dump raises: a name or path that is not UTF-8 (JSON text must be).
+    fail(ExitCode::kUsage,
+         std::string("cannot write the plan: a text field is not valid UTF-8 (") + e.what() + ")");
+  }
+}
+
+}  // namespace mfsdp::schema

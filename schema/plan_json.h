@@ -1,0 +1,38 @@
+#pragma once
+// Reading and writing plan files. Writing is byte-deterministic: fixed key order, two-space
+// indent with arrays of scalars on one line, integers only, trailing newline. Reading reports
+// every problem with its JSON path.
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "schema/plan.h"
+#include "schema/problem.h"
+
+namespace mfsdp::schema {
+
+nlohmann::ordered_json plan_to_json(const Plan& plan);
+// The exact bytes of a plan file.
+std::string dump_plan(const Plan& plan);
+
+struct ParseResult {
+  Plan plan;  // meaningful only when problems is empty
+  std::vector<Problem>
+      problems;  // e.g. {"units[3].groups[0].numel", "expected an integer, got a string"}
+};
+// Type/shape check of a JSON document against plan schema v1 and conversion to a Plan.
+// Throws Error(kUsage) if `schema` is missing or names a version this build does not read
+// (the message lists the supported versions); every other problem goes to `problems`.
+ParseResult parse_plan(const nlohmann::json& doc);
+
+// Reads and parses a plan file. Throws Error(kUsage) when the file is missing, unreadable, empty or
+// not JSON (one line: path, what, where); returns problems like parse_plan otherwise.
+ParseResult read_plan_file(const std::string& path);
+
+// Writes `text` to `path` atomically: a temp file in the same directory, fsync, rename.
+// Throws Error(kIo) naming the path on failure; nothing is left behind.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace mfsdp::schema

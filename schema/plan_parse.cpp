@@ -1,0 +1,376 @@
+// parse_plan: the type and shape check of a plan document. It only descends into the
+// structure plan schema v1 defines and never copies, dumps or compares an input value that
+// could be an arbitrarily deep array or object, so junk input cannot exhaust the stack.
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "schema/error.h"
+#include "schema/plan_json.h"
+
+namespace mfsdp::schema {
+namespace {
+
+using nlohmann::json;
+
+std::string type_phrase(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a floating-point number";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "a non-JSON value";
+  }
+}
+
+// Cuts input text that goes into a message to a readable length without splitting a
+// UTF-8 sequence.
+std::string shorten(const std::string& text, size_t limit = 64) {
+  if (text.size() <= limit) return text;
+  size_t end = limit;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end) + "...";
+}
+
+// Input text as a JSON string literal without its quotes: control characters escaped, so a
+// message stays on one line.
+std::string escaped(const std::string& text) {
+  const std::string literal =
+      json(shorten(text)).dump(-1, ' ', false, json::error_handler_t::replace);
+  return literal.substr(1, literal.size() - 2);
+}
+
+bool is_identifier(const std::string& key) {
+  if (key.empty() || key.size() > 64 || std::isdigit(static_cast<unsigned char>(key[0]))) {
+    return false;
+  }
+  for (char c : key) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+std::string member_path(const std::string& path, const std::string& key) {
+  if (!is_identifier(key)) return path + "[\"" + escaped(key) + "\"]";
+  return path.empty() ? key : path + "." + key;
+}
+
+std::string index_path(const std::string& path, size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+
+class Reader;
+
+// The fields of one JSON object, looked up by name; reports missing and unknown ones.
+class Fields {
+ public:
+  Fields(Reader& reader, const json& value, std::string path);
+
+  template <typename T, typename... Limits>
+  void get(const char* key, T& out, Limits... limits);
+  // Reports the keys no get() asked for. Call after the last get().
+  void finish();
+
+ private:
+  Reader& reader_;
+  const json& value_;
+  std::string path_;
+  std::vector<std::string> known_;
+};
+
+class Reader {
+ public:
+  void problem(const std::string& path, const std::string& message) {
+    problems_.push_back({path, message});
+  }
+  std::vector<Problem> take_problems() { return std::move(problems_); }
+
+  void read(const json& value, const std::string& path, std::string& out) {
+    if (!value.is_string()) return problem(path, "expected a string, got " + type_phrase(value));
+    out = value.get<std::string>();
+  }
+
+  void read(const json& value, const std::string& path, std::optional<std::string>& out) {
+    if (value.is_null()) {
+      out.reset();
+    } else if (value.is_string()) {
+      out = value.get<std::string>();
+    } else {
+      problem(path, "expected a string or null, got " + type_phrase(value));
+    }
+  }
+
+  void read(const json& value, const std::string& path, bool& out) {
+    if (!value.is_boolean()) {
+      return problem(path, "expected a boolean, got " + type_phrase(value));
+    }
+    out = value.get<bool>();
+  }
+
+  // Every integer of a plan is a count, size, index or offset, so none may be negative.
+  void read(const json& value, const std::string& path, int64_t& out, int64_t minimum = 0) {
+    static const std::string kOutOfRange = "integer out of range: must fit in 64 bits (signed)";
+    if (value.is_number_unsigned()) {
+      if (value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return problem(path, kOutOfRange);
+      }
+    } else if (value.is_number_float()) {
+      const double number = value.get<double>();
+      // Integers beyond 64 bits come out of the JSON parser as floating-point numbers.
+      if (!std::isfinite(number) || (std::trunc(number) == number && std::fabs(number) >= 0x1p63)) {
+        return problem(path, kOutOfRange);
+      }
+      return problem(path, "expected an integer, got the floating-point number " + value.dump());
+    } else if (!value.is_number_integer()) {
+      return problem(path, "expected an integer, got " + type_phrase(value));
+    }
+    const int64_t number = value.get<int64_t>();
+    if (number < minimum) {
+      return problem(path,
+                     "must be >= " + std::to_string(minimum) + ", got " + std::to_string(number));
+    }
+    out = number;
+  }
+
+  template <typename T>
+  void read(const json& value, const std::string& path, std::vector<T>& out) {
+    if (!value.is_array()) return problem(path, "expected an array, got " + type_phrase(value));
+    out.clear();
+    out.reserve(value.size());
+    for (size_t i = 0; i < value.size(); ++i) {
+      T item{};
+      read(value[i], index_path(path, i), item);
+      out.push_back(std::move(item));
+    }
+  }
+
+  void read(const json& value, const std::string& path, ModelInfo& out) {
+    Fields fields(*this, value, path);
+    fields.get("path", out.path);
+    fields.get("sha256", out.sha256);
+    fields.get("structural_hash", out.structural_hash);
+    fields.get("modules", out.modules);
+    fields.get("parameters", out.parameters);
+    fields.get("parameter_numel", out.parameter_numel);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Mesh& out) {
+    Fields fields(*this, value, path);
+    fields.get("world_size", out.world_size, int64_t{1});
+    fields.get("shard_size", out.shard_size, int64_t{1});
+    fields.get("replicate_size", out.replicate_size, int64_t{1});
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Policy& out) {
+    Fields fields(*this, value, path);
+    fields.get("param_dtype", out.param_dtype);
+    fields.get("reduce_dtype", out.reduce_dtype);
+    fields.get("reshard_after_forward", out.reshard_after_forward);
+    fields.get("forward_prefetch", out.forward_prefetch);
+    fields.get("backward_prefetch", out.backward_prefetch);
+    fields.get("resident_budget_bytes", out.resident_budget_bytes);
+    fields.get("unified_stream", out.unified_stream);
+    fields.get("align_bytes", out.align_bytes, int64_t{1});
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Stream& out) {
+    Fields fields(*this, value, path);
+    fields.get("name", out.name);
+    fields.get("collectives", out.collectives);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, ParamLayout& out) {
+    Fields fields(*this, value, path);
+    fields.get("name", out.name);
+    fields.get("shape", out.shape);
+    fields.get("numel", out.numel);
+    fields.get("offset", out.offset);
+    fields.get("aliases", out.aliases);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Group& out) {
+    Fields fields(*this, value, path);
+    fields.get("dtype", out.dtype);
+    fields.get("requires_grad", out.requires_grad);
+    fields.get("numel", out.numel);
+    fields.get("padded_numel", out.padded_numel);
+    fields.get("shard_numel", out.shard_numel);
+    fields.get("params", out.params);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, BufferInfo& out) {
+    Fields fields(*this, value, path);
+    fields.get("name", out.name);
+    fields.get("shape", out.shape);
+    fields.get("dtype", out.dtype);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Unit& out) {
+    Fields fields(*this, value, path);
+    fields.get("name", out.name);
+    fields.get("type", out.type);
+    fields.get("parent", out.parent);
+    fields.get("root", out.root);
+    fields.get("call_count", out.call_count);
+    fields.get("conditional", out.conditional);
+    fields.get("repeated", out.repeated);
+    fields.get("kept_after_forward", out.kept_after_forward);
+    fields.get("unsharded_bytes", out.unsharded_bytes);
+    fields.get("sharded_bytes", out.sharded_bytes);
+    fields.get("groups", out.groups);
+    fields.get("buffers", out.buffers);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, ScheduleEntry& out) {
+    Fields fields(*this, value, path);
+    fields.get("phase", out.phase);
+    fields.get("point", out.point);
+    fields.get("unit", out.unit);
+    fields.get("call", out.call);
+    fields.get("all_gather", out.all_gather);
+    fields.get("wait", out.wait);
+    fields.get("reshard", out.reshard);
+    fields.get("reduce_scatter", out.reduce_scatter);
+    fields.get("unsharded_bytes", out.unsharded_bytes);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Slot& out) {
+    Fields fields(*this, value, path);
+    fields.get("index", out.index);
+    fields.get("bytes", out.bytes);
+    fields.get("units", out.units);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Memory& out) {
+    Fields fields(*this, value, path);
+    fields.get("sharded_param_bytes", out.sharded_param_bytes);
+    fields.get("sharded_grad_bytes", out.sharded_grad_bytes);
+    fields.get("peak_unsharded_bytes", out.peak_unsharded_bytes);
+    fields.get("peak_at", out.peak_at);
+    fields.get("slot_bytes", out.slot_bytes);
+    fields.get("slots", out.slots);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Communication& out) {
+    Fields fields(*this, value, path);
+    fields.get("all_gather_count", out.all_gather_count);
+    fields.get("all_gather_bytes", out.all_gather_bytes);
+    fields.get("reduce_scatter_count", out.reduce_scatter_count);
+    fields.get("reduce_scatter_bytes", out.reduce_scatter_bytes);
+    fields.get("all_reduce_bytes", out.all_reduce_bytes);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Diagnostic& out) {
+    Fields fields(*this, value, path);
+    fields.get("severity", out.severity);
+    fields.get("code", out.code);
+    fields.get("message", out.message);
+    fields.get("where", out.where);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Plan& out) {
+    Fields fields(*this, value, path);
+    fields.get("schema", out.schema);
+    fields.get("generator", out.generator);
+    fields.get("model", out.model);
+    fields.get("mesh", out.mesh);
+    fields.get("policy", out.policy);
+    fields.get("streams", out.streams);
+    fields.get("units", out.units);
+    fields.get("roots", out.roots);
+    fields.get("forward_order", out.forward_order);
+    fields.get("backward_order", out.backward_order);
+    fields.get("schedule", out.schedule);
+    fields.get("memory", out.memory);
+    fields.get("communication", out.communication);
+    fields.get("diagnostics", out.diagnostics);
+    fields.finish();
+  }
+
+ private:
+  std::vector<Problem> problems_;
+};
+
+Fields::Fields(Reader& reader, const json& value, std::string path)
+    : reader_(reader), value_(value), path_(std::move(path)) {
+  if (!value_.is_object()) reader_.problem(path_, "expected an object, got " + type_phrase(value_));
+}
+
+template <typename T, typename... Limits>
+void Fields::get(const char* key, T& out, Limits... limits) {
+  known_.emplace_back(key);
+  if (!value_.is_object()) return;
+  const auto it = value_.find(key);
+  if (it == value_.end()) return reader_.problem(member_path(path_, key), "missing field");
+  reader_.read(*it, member_path(path_, key), out, limits...);
+}
+
+void Fields::finish() {
+  if (!value_.is_object()) return;
+  for (auto it = value_.begin(); it != value_.end(); ++it) {
+    if (std::find(known_.begin(), known_.end(), it.key()) == known_.end()) {
+      reader_.problem(member_path(path_, it.key()), "unknown field");
+    }
+  }
+}
+
+// Names a `schema` value that is not the supported version, without dumping a deep value.
+std::string schema_phrase(const json& value) {
+  if (value.is_string()) return "'" + escaped(value.get<std::string>()) + "'";
+  if (value.is_array() || value.is_object()) return "(" + type_phrase(value) + ")";
+  return value.dump();
+}
+
+}  // namespace
+
+ParseResult parse_plan(const json& doc) {
+  const std::string supported = std::string("this mfsdp reads: ") + kPlanSchemaVersion;
+  if (!doc.is_object()) {
+    fail(ExitCode::kUsage,
+         "not an mfsdp plan: expected a JSON object, got " + type_phrase(doc) + "; " + supported);
+  }
+  const auto schema = doc.find("schema");
+  if (schema == doc.end()) {
+    fail(ExitCode::kUsage, "not an mfsdp plan: it has no \"schema\" field; " + supported);
+  }
+  if (!schema->is_string() || schema->get<std::string>() != kPlanSchemaVersion) {
+    fail(ExitCode::kUsage, "unsupported plan schema " + schema_phrase(*schema) + "; " + supported);
+  }
+  Reader reader;
+  ParseResult result;
+  reader.read(doc, "", result.plan);
+  result.problems = reader.take_problems();
+  return result;
+}
+
+}  // namespace mfsdp::schema

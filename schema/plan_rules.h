@@ -1,0 +1,46 @@
+#pragma once
+// The arithmetic a plan's derived fields follow. The planner computes them with these
+// functions and check_plan holds a plan to the same rules, so the two cannot drift apart.
+// All of them expect known dtype names (dtype_size throws mfsdp::Error otherwise).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "schema/plan.h"
+
+namespace mfsdp::schema {
+
+// The dtype a group is gathered and computed in: policy.param_dtype for a floating group
+// when set, the storage dtype otherwise.
+std::string compute_dtype(const Policy& policy, const std::string& storage_dtype);
+
+// Elements that parameter offsets and shard boundaries of a group align to:
+// max(1, align_bytes / min(storage dtype size, compute dtype size)).
+int64_t align_elems(const Policy& policy, const std::string& storage_dtype);
+
+// numel rounded up to a multiple of shard_size × align_elems.
+int64_t padded_numel(int64_t numel, int64_t shard_size, int64_t align_elems);
+
+// Whether a group's gradient is reduce-scattered: it requires grad and is floating.
+bool has_gradient(const Group& group);
+
+// Σ groups padded_numel × compute dtype size.
+int64_t unit_unsharded_bytes(const Policy& policy, const Unit& unit);
+// Σ groups shard_numel × storage dtype size.
+int64_t unit_sharded_bytes(const Unit& unit);
+// Gradient bytes fed to one reduce-scatter of the unit: Σ gradient groups padded_numel ×
+// reduce dtype size.
+int64_t unit_reduce_scatter_bytes(const Policy& policy, const Unit& unit);
+// Per-rank gradient shard of the unit: Σ gradient groups shard_numel × reduce dtype size.
+// Also what one all-reduce across replicas moves for the unit.
+int64_t unit_gradient_shard_bytes(const Policy& policy, const Unit& unit);
+
+// The `streams` a plan with this policy declares.
+std::vector<Stream> expected_streams(const Policy& policy);
+
+// How memory.peak_at names a schedule point: "pre_forward layers.3", "pre_backward shared#1"
+// (the call is appended when it is not 0), "end_of_backward".
+std::string schedule_point_name(const ScheduleEntry& entry);
+
+}  // namespace mfsdp::schema

@@ -1,0 +1,276 @@
+// `mfsdp plan` as a user runs it: the real binary in a subprocess, from the repository root.
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/subprocess.h"
+
+namespace mfsdp::testing {
+namespace {
+
+const std::string kRepo = MFSDP_SOURCE_DIR;
+
+RunResult mfsdp(const std::vector<std::string>& args) {
+  return run_program(MFSDP_BINARY, args, kRepo);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/" + name;
+}
+
+// 1-based line of the first byte where the texts differ.
+size_t first_difference(const std::string& a, const std::string& b) {
+  size_t line = 1;
+  for (size_t i = 0; i < a.size() && i < b.size() && a[i] == b[i]; ++i) line += a[i] == '\n';
+  return line;
+}
+
+size_t lines(const std::string& text) {
+  size_t n = 0;
+  for (char c : text) n += c == '\n';
+  return n;
+}
+
+// Each failure: the documented exit code, exactly one line on stderr naming the problem, and
+// no output file.
+void expect_clean_failure(const std::vector<std::string>& args, int code, const std::string& text) {
+  const std::string out = temp_path("must_not_exist.plan.json");
+  std::remove(out.c_str());
+  std::vector<std::string> all = {"plan"};
+  all.insert(all.end(), args.begin(), args.end());
+  all.insert(all.end(), {"-o", out});
+  const RunResult r = mfsdp(all);
+  EXPECT_EQ(r.exit_code, code) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
+  EXPECT_FALSE(exists(out));
+}
+
+TEST(PlanCli, EveryGoldenPlanIsReproducedByteForByte) {
+  std::ifstream list(kRepo + "/plans/golden.list");
+  ASSERT_TRUE(list.good());
+  std::string line;
+  int checked = 0;
+  while (std::getline(list, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream words(line);
+    std::string name, word;
+    words >> name;
+    std::vector<std::string> args = {"plan"};
+    while (words >> word) args.push_back(word);
+    const std::string out = temp_path(name + ".plan.json");
+    args.insert(args.end(), {"-o", out, "--quiet"});
+    const RunResult r = mfsdp(args);
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    const std::string got = read_file(out);
+    const std::string golden = read_file(kRepo + "/plans/" + name + ".plan.json");
+    EXPECT_TRUE(got == golden) << name << " drifted from its golden plan at line "
+                               << first_difference(got, golden)
+                               << "; if intended, run scripts/refresh-plans";
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+}
+
+TEST(PlanCli, PrintsSummaryWithOrdersAndDiagnosticsOnStderr) {
+  const RunResult r =
+      mfsdp({"plan", "tests/fixtures/reordered.pt", "--world-size", "2", "--unit", "stem", "--unit",
+             "blocks.*", "--unit", "head", "-o", temp_path("summary.plan.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("forward      stem > blocks.2 > blocks.0 > blocks.1 > head"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("order.differs_from_definition: unit blocks.2 runs at forward position 2"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(PlanCli, QuietPrintsNothingAndJsonSummaryIsJson) {
+  const std::string out = temp_path("quiet.plan.json");
+  RunResult r = mfsdp(
+      {"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "-o", out, "--quiet"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out + r.err, "");
+  r = mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "-o", out,
+             "--json-summary"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto summary = nlohmann::json::parse(r.out);
+  EXPECT_EQ(summary["forward_order"], (std::vector<std::string>{"<root>", "layers.0", "layers.1"}));
+  EXPECT_EQ(summary["output"], out);
+}
+
+TEST(PlanCli, AutoEqualsExplicitListPlusRoot) {
+  const std::string a = temp_path("auto.plan.json"), b = temp_path("explicit.plan.json");
+  ASSERT_EQ(mfsdp({"plan", "tests/fixtures/untied_lm.pt", "--world-size", "4", "--auto", "-o", a})
+                .exit_code,
+            0);
+  ASSERT_EQ(mfsdp({"plan", "tests/fixtures/untied_lm.pt", "--world-size", "4", "--unit", "layers.*",
+                   "--unit", "<root>", "-o", b})
+                .exit_code,
+            0);
+  EXPECT_EQ(read_file(a), read_file(b));
+}
+
+TEST(PlanCli, ScopeFileGivesTheSamePlanAsFlagsAndFlagsWin) {
+  const std::string scope = temp_path("scope.json");
+  std::ofstream(scope) << R"({"mesh": {"world_size": 4}, "policy": {"forward_prefetch": 0},
+                              "fully_shard": ["layers.*", "<root>"]})";
+  const std::string a = temp_path("scope.plan.json"), b = temp_path("flags.plan.json");
+  RunResult r = mfsdp(
+      {"plan", "tests/fixtures/tied_lm.pt", "--scope", scope, "--world-size", "2", "-o", a, "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--forward-prefetch", "0",
+             "--unit", "layers.*", "--unit", "<root>", "-o", b, "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_file(a), read_file(b));
+}
+
+TEST(PlanCli, DefaultOutputIsNamedAfterTheModel) {
+  const std::string dir = temp_path("default_out");
+  mkdir(dir.c_str(), 0755);
+  const RunResult r = run_program(MFSDP_BINARY,
+                                  {"plan", kRepo + "/tests/fixtures/two_roots.pt", "--world-size",
+                                   "1", "--unit", "encoder", "--unit", "decoder", "-q"},
+                                  dir);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(exists(dir + "/two_roots.plan.json"));
+}
+
+TEST(PlanCli, HelpTeachesWithExamples) {
+  const RunResult r = mfsdp({"plan", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>'"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("--resident-budget"), std::string::npos);
+}
+
+TEST(PlanCli, FailedPlanLeavesExistingOutputUntouched) {
+  const std::string out = temp_path("keep.plan.json");
+  std::ofstream(out) << "previous";
+  const RunResult r = mfsdp(
+      {"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "nothing.*", "-o", out});
+  EXPECT_EQ(r.exit_code, 4);
+  EXPECT_EQ(read_file(out), "previous");
+}
+
+TEST(PlanCli, MissingModelFile) {
+  expect_clean_failure({"missing.pt", "--world-size", "2", "--auto"}, 3,
+                       "missing.pt: cannot open the model file");
+}
+
+TEST(PlanCli, EmptyModelFile) {
+  const std::string empty = temp_path("empty.pt");
+  std::ofstream(empty).close();
+  expect_clean_failure({empty, "--world-size", "2", "--auto"}, 3, "the model file is empty");
+}
+
+TEST(PlanCli, TextAndZipAndTruncatedFilesAreNotModels) {
+  const std::string text = temp_path("notes.pt");
+  std::ofstream(text) << "just text\n";
+  expect_clean_failure({text, "--world-size", "2", "--auto"}, 3, "not a TorchScript archive");
+  expect_clean_failure({"tests/fixtures/bad/not_torchscript.zip", "--world-size", "2", "--auto"}, 3,
+                       "not a TorchScript model");
+  expect_clean_failure({"tests/fixtures/bad/truncated.pt", "--world-size", "2", "--auto"}, 3,
+                       "not a TorchScript archive, or truncated");
+}
+
+TEST(PlanCli, ModuleWithoutForward) {
+  expect_clean_failure(
+      {"tests/fixtures/bad/no_forward.pt", "--world-size", "2", "--unit", "<root>"}, 3,
+      "the module has no forward method");
+}
+
+TEST(PlanCli, BadFlags) {
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "--bogus"}, 2,
+                       "--bogus");
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "0", "--auto"}, 2,
+                       "--world-size 0 is invalid");
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--auto"}, 2, "--world-size is required");
+  expect_clean_failure(
+      {"tests/fixtures/tied_lm.pt", "--world-size", "4", "--replicate", "3", "--auto"}, 2,
+      "--replicate 3 must be at least 1 and divide --world-size 4");
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2"}, 2,
+                       "choose the units one way");
+  expect_clean_failure(
+      {"tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "--resident-budget", "lots"}, 2,
+      "--resident-budget 'lots' is not a byte size");
+}
+
+TEST(PlanCli, BadPolicyValuesFailBeforeLoadingTheModelNamingTheFlag) {
+  // The model path does not exist: the policy error must come first.
+  expect_clean_failure({"missing.pt", "--world-size", "2", "--auto", "--param-dtype", "int8"}, 2,
+                       "--param-dtype (policy.param_dtype) 'int8' is not float32, bfloat16, "
+                       "float16 or float64 (or keep)");
+  expect_clean_failure({"missing.pt", "--world-size", "2", "--auto", "--align", "24"}, 2,
+                       "--align (policy.align_bytes) 24 is not a power of two");
+  expect_clean_failure({"missing.pt", "--world-size", "2", "--auto", "--prefetch", "-1"}, 2,
+                       "must be 0 (no prefetch) or more");
+}
+
+TEST(PlanCli, FlagsOverrideAScopeFileInBothDirections) {
+  const std::string scope = temp_path("scope_policy.json");
+  std::ofstream(scope) << R"({"policy": {"reshard_after_forward": false, "unified_stream": true},
+                              "fully_shard": ["layers.*", "<root>"]})";
+  const std::string out = temp_path("scope_policy.plan.json");
+  const RunResult r =
+      mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--scope", scope, "--world-size", "2",
+             "--reshard-after-forward", "--no-unified-stream", "-o", out, "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto plan = nlohmann::json::parse(read_file(out));
+  EXPECT_EQ(plan["policy"]["reshard_after_forward"], true);
+  EXPECT_EQ(plan["policy"]["unified_stream"], false);
+}
+
+TEST(PlanCli, ScopeFileProblemsNameTheFileAndEntry) {
+  const std::string scope = temp_path("scope_bad_type.json");
+  std::ofstream(scope)
+      << R"({"mesh": {"world_size": 2}, "fully_shard": ["<root>", {"type": "Blk"}]})";
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--scope", scope}, 4,
+                       scope + ": fully_shard[1] 'Blk' matches no module");
+  const std::string typo = temp_path("scope_typo_top.json");
+  std::ofstream(typo) << R"({"units": ["<root>"]})";
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--scope", typo}, 2,
+                       typo + ": units: unknown field");
+}
+
+TEST(PlanCli, SelectorProblems) {
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "blocks.*"}, 4,
+                       "--unit 'blocks.*' matches no module");
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
+                        "--unit-type", "Block"},
+                       4, "both select module layers.0");
+}
+
+TEST(PlanCli, ParametersOutsideEveryUnitAreRefused) {
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*"}, 4,
+                       "mfsdp plan covers the whole model, but 4 parameter(s) (wte.weight, "
+                       "wpe.weight, ln_f.weight, ln_f.bias) are in no unit of this scope; add a "
+                       "unit that contains them, e.g. --unit '<root>'");
+}
+
+TEST(PlanCli, UnwritableOutputIsAnIoError) {
+  const RunResult r = mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto",
+                             "-o", "/nonexistent/dir/plan.json"});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+}
+
+}  // namespace
+}  // namespace mfsdp::testing

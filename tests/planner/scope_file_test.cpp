@@ -1,0 +1,63 @@
+#include "planner/scope_file.h"
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "tests/planner/test_support.h"
+
+namespace mfsdp::planner {
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ScopeFile, ReadsMeshPolicyAndOrderedCalls) {
+  const std::string path = write_temp("scope_ok.json", R"({
+    "mesh": {"world_size": 8, "replicate_size": 2},
+    "policy": {"param_dtype": "bfloat16", "forward_prefetch": 2, "unified_stream": true},
+    "fully_shard": ["layers.*", {"type": "Block"}, {"module": "<root>"}]
+  })");
+  const ScopeFile scope = read_scope_file(path);
+  EXPECT_EQ(scope.world_size, 8);
+  EXPECT_EQ(scope.replicate_size, 2);
+  EXPECT_EQ(scope.policy.param_dtype, std::optional<std::string>("bfloat16"));
+  EXPECT_EQ(scope.policy.forward_prefetch, 2);
+  EXPECT_EQ(scope.policy.backward_prefetch, 1);
+  EXPECT_TRUE(scope.policy.unified_stream);
+  ASSERT_EQ(scope.units.size(), 3u);
+  EXPECT_EQ(scope.units[1].kind, UnitSelector::Kind::kType);
+  EXPECT_EQ(scope.units[1].pattern, "Block");
+  EXPECT_EQ(scope.units[2].pattern, "<root>");
+}
+
+TEST(ScopeFile, RejectsUnknownFieldWithItsPath) {
+  const std::string path =
+      write_temp("scope_typo.json", R"({"policy": {"prefetch": 2}, "fully_shard": ["a"]})");
+  EXPECT_MFSDP_ERROR(read_scope_file(path), ExitCode::kUsage, "policy.prefetch: unknown field");
+}
+
+TEST(ScopeFile, RejectsWrongTypes) {
+  const std::string path =
+      write_temp("scope_type.json", R"({"mesh": {"world_size": "8"}, "fully_shard": ["a"]})");
+  EXPECT_MFSDP_ERROR(read_scope_file(path), ExitCode::kUsage,
+                     "mesh.world_size: expected an integer");
+}
+
+TEST(ScopeFile, RequiresFullyShardList) {
+  const std::string path = write_temp("scope_empty.json", R"({"fully_shard": []})");
+  EXPECT_MFSDP_ERROR(read_scope_file(path), ExitCode::kUsage, "fully_shard: expected a non-empty");
+}
+
+TEST(ScopeFile, RejectsNonJsonAndMissingFile) {
+  EXPECT_MFSDP_ERROR(read_scope_file(write_temp("scope_bad.json", "{oops")), ExitCode::kUsage,
+                     "not valid JSON");
+  EXPECT_MFSDP_ERROR(read_scope_file("/nonexistent/scope.json"), ExitCode::kUsage,
+                     "cannot open the scope file");
+}
+
+}  // namespace
+}  // namespace mfsdp::planner

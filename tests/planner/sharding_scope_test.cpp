@@ -1,0 +1,213 @@
+#include "planner/sharding_scope.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/planner/ir_builder.h"
+#include "tests/planner/test_support.h"
+
+namespace mfsdp::planner {
+namespace {
+
+using testing::chain_model;
+using testing::IrBuilder;
+
+schema::Mesh mesh_of(int64_t world) {
+  return {world, world, 1};
+}
+
+ShardedModel nested_model() {
+  IrBuilder b;
+  b.module("layers", "ModuleList").module("layers.0", "Block").module("layers.1", "Block");
+  b.module("head");
+  b.param("layers.0", "w", {8});
+  b.param("layers.1", "w", {8});
+  b.param("head", "w", {8});
+  b.enter("layers.0").exit("layers.0").enter("layers.1").exit("layers.1").call("head");
+  return b.model();
+}
+
+TEST(ShardingScope, FullyShardWithoutActiveScopeFails) {
+  EXPECT_MFSDP_ERROR(fully_shard("layers.0"), ExitCode::kPlanning, "outside a sharding scope");
+}
+
+TEST(ShardingScope, FreeFullyShardRegistersOnActiveScope) {
+  ShardedModel model = nested_model();
+  ShardingScope scope(model, mesh_of(2), {});
+  fully_shard("layers.0");
+  fully_shard("<root>");
+  EXPECT_EQ(scope.units(), (std::vector<int>{2, 0}));
+}
+
+TEST(ShardingScope, RejectsNestedScope) {
+  ShardedModel model = nested_model();
+  ShardingScope outer(model, mesh_of(2), {});
+  EXPECT_MFSDP_ERROR(ShardingScope(model, mesh_of(2), {}), ExitCode::kPlanning,
+                     "does not support nesting");
+}
+
+TEST(ShardingScope, NewScopeAllowedAfterFinalize) {
+  ShardedModel model = nested_model();
+  {
+    ShardingScope first(model, mesh_of(2), {});
+    first.fully_shard("layers.0");
+    first.finalize();
+  }
+  ShardingScope second(model, mesh_of(2), {});
+  second.fully_shard("layers.1");
+  EXPECT_EQ(ShardingScope::active(), &second);
+}
+
+TEST(ShardingScope, RejectsShardingAUnitTwice) {
+  ShardedModel model = nested_model();
+  ShardingScope scope(model, mesh_of(2), {});
+  scope.fully_shard("layers.0");
+  EXPECT_MFSDP_ERROR(scope.fully_shard("layers.0"), ExitCode::kPlanning,
+                     "module layers.0 is already a unit (registered in this scope)");
+}
+
+TEST(ShardingScope, RejectsShardingAUnitOfAnEarlierScope) {
+  ShardedModel model = nested_model();
+  {
+    ShardingScope first(model, mesh_of(2), {});
+    first.fully_shard("layers.0");
+    first.finalize();
+  }
+  ShardingScope second(model, mesh_of(2), {});
+  EXPECT_MFSDP_ERROR(second.fully_shard("layers.0"), ExitCode::kPlanning,
+                     "already a unit (registered in scope #1)");
+}
+
+TEST(ShardingScope, RejectsModuleContainingUnitOfAnotherScopeNamingBoth) {
+  ShardedModel model = nested_model();
+  {
+    ShardingScope first(model, mesh_of(2), {});
+    first.fully_shard("layers.1");
+    first.finalize();
+  }
+  ShardingScope second(model, mesh_of(2), {});
+  EXPECT_MFSDP_ERROR(second.fully_shard("layers"), ExitCode::kPlanning,
+                     "module layers contains layers.1, a unit registered in scope #1");
+  EXPECT_MFSDP_ERROR(second.fully_shard("<root>"), ExitCode::kPlanning,
+                     "module <root> contains layers.1");
+}
+
+TEST(ShardingScope, RejectsModuleInsideUnitOfAnotherScope) {
+  IrBuilder b;
+  b.module("block").module("block.inner");
+  b.param("block.inner", "w", {4});
+  b.call("block");
+  ShardedModel model = b.model();
+  {
+    ShardingScope first(model, mesh_of(1), {});
+    first.fully_shard("block");
+    first.finalize();
+  }
+  ShardingScope second(model, mesh_of(1), {});
+  EXPECT_MFSDP_ERROR(second.fully_shard("block.inner"), ExitCode::kPlanning,
+                     "module block.inner is inside block, a unit registered in scope #1");
+}
+
+TEST(ShardingScope, AbandonedScopeForgetsItsUnits) {
+  ShardedModel model = nested_model();
+  {
+    ShardingScope abandoned(model, mesh_of(2), {});
+    abandoned.fully_shard("layers.0");
+  }
+  EXPECT_EQ(ShardingScope::active(), nullptr);
+  ShardingScope scope(model, mesh_of(2), {});
+  scope.fully_shard("layers.0");
+  EXPECT_EQ(model.unit_scope(2), 2);
+}
+
+TEST(ShardingScope, RejectsFullyShardAfterFinalize) {
+  ShardedModel model = nested_model();
+  ShardingScope scope(model, mesh_of(2), {});
+  scope.fully_shard("<root>");
+  scope.finalize();
+  EXPECT_MFSDP_ERROR(scope.fully_shard("layers.0"), ExitCode::kPlanning,
+                     "after the scope was finalized");
+  EXPECT_MFSDP_ERROR(fully_shard("layers.0"), ExitCode::kPlanning, "outside a sharding scope");
+}
+
+TEST(ShardingScope, RejectsFinalizeTwice) {
+  ShardedModel model = nested_model();
+  ShardingScope scope(model, mesh_of(2), {});
+  scope.fully_shard("<root>");
+  scope.finalize();
+  EXPECT_MFSDP_ERROR(scope.finalize(), ExitCode::kPlanning, "finalize() called twice");
+}
+
+TEST(ShardingScope, RejectsFinalizeWithoutUnits) {
+  ShardedModel model = nested_model();
+  ShardingScope scope(model, mesh_of(2), {});
+  EXPECT_MFSDP_ERROR(scope.finalize(), ExitCode::kPlanning, "registered no units");
+}
+
+TEST(ShardingScope, RejectsUnknownModulePath) {
+  ShardedModel model = nested_model();
+  ShardingScope scope(model, mesh_of(2), {});
+  EXPECT_MFSDP_ERROR(scope.fully_shard("layers.7"), ExitCode::kPlanning,
+                     "the model has no module 'layers.7'");
+}
+
+TEST(ShardingScope, RejectsBadMeshAndPolicy) {
+  ShardedModel model = nested_model();
+  EXPECT_MFSDP_ERROR(ShardingScope(model, {0, 0, 1}, {}), ExitCode::kPlanning,
+                     "world size 0 is invalid");
+  EXPECT_MFSDP_ERROR(ShardingScope(model, {6, 2, 4}, {}), ExitCode::kPlanning,
+                     "replicate size 4 must be at least 1 and divide the world size 6");
+  schema::Policy policy;
+  policy.align_bytes = 24;
+  EXPECT_MFSDP_ERROR(ShardingScope(model, mesh_of(2), policy), ExitCode::kPlanning,
+                     "not a power of two");
+  policy = {};
+  policy.param_dtype = "int8";
+  EXPECT_MFSDP_ERROR(ShardingScope(model, mesh_of(2), policy), ExitCode::kPlanning,
+                     "param dtype 'int8' is not a floating dtype");
+}
+
+TEST(ShardingScope, RootsAreOutermostUnitsInRegistrationOrder) {
+  ShardedModel model = nested_model();
+  ShardingScope scope(model, mesh_of(2), {});
+  scope.fully_shard("head");
+  scope.fully_shard("layers.1");
+  scope.fully_shard("layers.0");
+  scope.fully_shard("layers");
+  const schema::Plan plan = scope.finalize();
+  EXPECT_EQ(plan.roots, (std::vector<std::string>{"head", "layers"}));
+  ASSERT_EQ(plan.units.size(), 4u);
+  EXPECT_EQ(plan.units[0].name, "layers");
+  EXPECT_EQ(plan.units[1].parent, std::optional<std::string>("layers"));
+  EXPECT_FALSE(plan.units[1].root);
+  EXPECT_TRUE(plan.units[3].root);
+}
+
+TEST(ShardingScope, ModelItselfIsNamedRoot) {
+  ShardedModel model = nested_model();
+  ShardingScope scope(model, mesh_of(2), {});
+  scope.fully_shard("");
+  scope.fully_shard("head");
+  const schema::Plan plan = scope.finalize();
+  EXPECT_EQ(plan.roots, std::vector<std::string>{"<root>"});
+  EXPECT_EQ(plan.units[1].parent, std::optional<std::string>("<root>"));
+}
+
+TEST(ShardingScope, PlanRecordsModelMeshAndPolicy) {
+  ShardedModel model(chain_model({"a", "b"}, 10), "m.pt", "abc");
+  schema::Policy policy;
+  policy.forward_prefetch = 2;
+  ShardingScope scope(model, {4, 2, 2}, policy);
+  scope.fully_shard("a");
+  scope.fully_shard("b");
+  const schema::Plan plan = scope.finalize();
+  EXPECT_EQ(plan.model.path, "m.pt");
+  EXPECT_EQ(plan.model.sha256, "abc");
+  EXPECT_EQ(plan.model.parameters, 2);
+  EXPECT_EQ(plan.model.parameter_numel, 20);
+  EXPECT_EQ(plan.mesh.shard_size, 2);
+  EXPECT_EQ(plan.policy.forward_prefetch, 2);
+  EXPECT_EQ(plan.schema, "mfsdp.plan/1");
+}
+
+}  // namespace
+}  // namespace mfsdp::planner

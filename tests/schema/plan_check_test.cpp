@@ -1,0 +1,138 @@
+// check_plan on the sample and on the plan-wide rules: schema, mesh, policy, streams,
+// orders and diagnostics. Units, layout, schedule, memory and communication have their own
+// test files.
+
+#include "schema/plan_check.h"
+
+#include <gtest/gtest.h>
+
+#include "sample_plan.h"
+
+namespace mfsdp::schema {
+namespace {
+
+using Lines = std::vector<std::string>;
+
+Lines check(const Plan& plan) {
+  return problem_lines(check_plan(plan));
+}
+
+TEST(PlanCheck, SamplePlanHasNoProblem) {
+  EXPECT_EQ(check(sample_plan()), Lines{});
+}
+
+TEST(PlanCheck, RejectsOtherSchemaVersion) {
+  Plan plan = sample_plan();
+  plan.schema = "mfsdp.plan/2";
+  EXPECT_EQ(check(plan), Lines{"schema: is 'mfsdp.plan/2', expected 'mfsdp.plan/1'"});
+}
+
+TEST(PlanCheck, RejectsMeshWhoseSizesDoNotMultiply) {
+  Plan plan = sample_plan();
+  plan.mesh.world_size = 6;
+  EXPECT_EQ(check(plan), Lines{"mesh.world_size: 6 is not shard_size 2 × replicate_size 2"});
+}
+
+TEST(PlanCheck, RejectsMeshSizeBelowOne) {
+  Plan plan = sample_plan();
+  plan.mesh.world_size = 0;
+  EXPECT_EQ(check(plan), Lines{"mesh.world_size: must be >= 1, got 0"});
+}
+
+TEST(PlanCheck, RejectsParamDtypeThatIsNotFloating) {
+  Plan plan = sample_plan();
+  plan.policy.param_dtype = "int8";
+  EXPECT_EQ(check(plan), Lines{"policy.param_dtype: 'int8' is not a floating dtype; expected "
+                               "float32, float64, float16 or bfloat16"});
+}
+
+TEST(PlanCheck, RejectsUnknownParamDtype) {
+  Plan plan = sample_plan();
+  plan.policy.param_dtype = "bf16";
+  EXPECT_EQ(check(plan), Lines{"policy.param_dtype: unknown dtype 'bf16'; expected float32, "
+                               "float64, float16 or bfloat16"});
+}
+
+TEST(PlanCheck, RejectsReduceDtypeThatIsNotFloating) {
+  Plan plan = sample_plan();
+  plan.policy.reduce_dtype = "int32";
+  EXPECT_EQ(check(plan), Lines{"policy.reduce_dtype: 'int32' is not a floating dtype; expected "
+                               "float32, float64, float16 or bfloat16"});
+}
+
+TEST(PlanCheck, RejectsNegativePrefetch) {
+  Plan plan = sample_plan();
+  plan.policy.forward_prefetch = -1;
+  plan.policy.backward_prefetch = -2;
+  EXPECT_EQ(check(plan), (Lines{"policy.forward_prefetch: must be >= 0, got -1",
+                                "policy.backward_prefetch: must be >= 0, got -2"}));
+}
+
+TEST(PlanCheck, RejectsNegativeResidentBudget) {
+  Plan plan = sample_plan();
+  plan.policy.resident_budget_bytes = -1;
+  EXPECT_EQ(check(plan), Lines{"policy.resident_budget_bytes: must be >= 0, got -1"});
+}
+
+TEST(PlanCheck, RejectsAlignmentThatIsNotAPowerOfTwo) {
+  Plan plan = sample_plan();
+  plan.policy.align_bytes = 12;
+  EXPECT_EQ(check(plan), Lines{"policy.align_bytes: must be a power of two >= 1, got 12"});
+  plan.policy.align_bytes = 0;
+  EXPECT_EQ(check(plan), Lines{"policy.align_bytes: must be a power of two >= 1, got 0"});
+}
+
+TEST(PlanCheck, RejectsSeparateStreamsWhenPolicyAsksForOne) {
+  Plan plan = sample_plan();
+  plan.policy.unified_stream = true;
+  EXPECT_EQ(check(plan),
+            Lines{"streams: are ['all_gather' ['all_gather'], 'reduce_scatter' ['reduce_scatter', "
+                  "'all_reduce']], expected ['unified' ['all_gather', 'reduce_scatter', "
+                  "'all_reduce']] for policy.unified_stream true"});
+  plan.streams = {{"unified", {"all_gather", "reduce_scatter", "all_reduce"}}};
+  EXPECT_EQ(check(plan), Lines{});
+}
+
+TEST(PlanCheck, RejectsStreamsInAnotherOrder) {
+  Plan plan = sample_plan();
+  std::swap(plan.streams[0], plan.streams[1]);
+  ASSERT_EQ(check_plan(plan).size(), 1u);
+  EXPECT_EQ(check_plan(plan)[0].path, "streams");
+}
+
+TEST(PlanCheck, ForwardOrderMustListEveryCalledUnit) {
+  Plan plan = sample_plan();
+  plan.forward_order.pop_back();
+  EXPECT_EQ(check(plan), Lines{"forward_order: misses 'layers.1', which is called 2 time(s)"});
+}
+
+TEST(PlanCheck, BackwardOrderMustListEachUnitOnce) {
+  Plan plan = sample_plan();
+  plan.backward_order.push_back("layers.1");
+  EXPECT_EQ(check(plan),
+            Lines{"backward_order[3]: 'layers.1' is listed twice (also backward_order[1])"});
+}
+
+TEST(PlanCheck, OrdersListOnlyCalledUnits) {
+  Plan plan = sample_plan();
+  Unit head;
+  head.name = "head";
+  head.parent = kRootName;
+  plan.units.push_back(head);
+  plan.forward_order.push_back("head");
+  plan.forward_order.push_back("layers.9");
+  EXPECT_EQ(check(plan), (Lines{"forward_order[3]: 'head' is never called (call_count 0)",
+                                "forward_order[4]: 'layers.9' is not a unit"}));
+}
+
+TEST(PlanCheck, RejectsUnknownDiagnosticSeverityAndEmptyCode) {
+  Plan plan = sample_plan();
+  plan.diagnostics[0].severity = "fatal";
+  plan.diagnostics[0].code = "";
+  EXPECT_EQ(check(plan),
+            (Lines{"diagnostics[0].severity: is 'fatal', expected 'info', 'warning' or 'error'",
+                   "diagnostics[0].code: is empty"}));
+}
+
+}  // namespace
+}  // namespace mfsdp::schema

@@ -1,0 +1,260 @@
+// plan_to_json / dump_plan / parse_plan: byte-exact writing and strict, path-qualified reading.
+
+#include "schema/plan_json.h"
+
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "sample_plan.h"
+#include "schema/error.h"
+
+namespace mfsdp::schema {
+namespace {
+
+using nlohmann::json;
+using Lines = std::vector<std::string>;
+
+json sample_doc() {
+  return json::parse(dump_plan(sample_plan()));
+}
+
+Lines parse_problems(const json& doc) {
+  return problem_lines(parse_plan(doc).problems);
+}
+
+std::string deep_array(size_t depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
+
+std::vector<std::string> keys(const nlohmann::ordered_json& object) {
+  std::vector<std::string> names;
+  for (auto it = object.begin(); it != object.end(); ++it) names.push_back(it.key());
+  return names;
+}
+
+TEST(PlanJson, RoundTripGivesIdenticalBytes) {
+  const std::string text = dump_plan(sample_plan());
+  const ParseResult parsed = parse_plan(json::parse(text));
+  EXPECT_EQ(problem_lines(parsed.problems), Lines{});
+  EXPECT_EQ(dump_plan(parsed.plan), text);
+}
+
+TEST(PlanJson, DumpIsDeterministic) {
+  EXPECT_EQ(dump_plan(sample_plan()), dump_plan(sample_plan()));
+}
+
+TEST(PlanJson, DumpIndentsTwoSpacesAndEndsWithNewline) {
+  const std::string text = dump_plan(sample_plan());
+  EXPECT_EQ(text.substr(0, 35), "{\n  \"schema\": \"mfsdp.plan/1\",\n  \"ge");
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_EQ(text.substr(text.size() - 6), "  ]\n}\n");
+}
+
+TEST(PlanJson, KeysFollowThePlanStructOrder) {
+  const nlohmann::ordered_json j = plan_to_json(sample_plan());
+  EXPECT_EQ(keys(j), (Lines{"schema", "generator", "model", "mesh", "policy", "streams", "units",
+                            "roots", "forward_order", "backward_order", "schedule", "memory",
+                            "communication", "diagnostics"}));
+  EXPECT_EQ(keys(j["units"][0]),
+            (Lines{"name", "type", "parent", "root", "call_count", "conditional", "repeated",
+                   "kept_after_forward", "unsharded_bytes", "sharded_bytes", "groups", "buffers"}));
+  EXPECT_EQ(keys(j["units"][0]["groups"][0]),
+            (Lines{"dtype", "requires_grad", "numel", "padded_numel", "shard_numel", "params"}));
+  EXPECT_EQ(keys(j["schedule"][0]), (Lines{"phase", "point", "unit", "call", "all_gather", "wait",
+                                           "reshard", "reduce_scatter", "unsharded_bytes"}));
+  EXPECT_EQ(j["mesh"].dump(), R"({"world_size":4,"shard_size":2,"replicate_size":2})");
+  EXPECT_EQ(j["memory"]["slots"][1].dump(),
+            R"({"index":1,"bytes":128,"units":["layers.0","layers.1"]})");
+  EXPECT_EQ(j["units"][0]["groups"][1]["params"][0].dump(),
+            R"({"name":"step","shape":[],"numel":1,"offset":0,"aliases":[]})");
+}
+
+TEST(PlanJson, EmptyOptionalsAreNull) {
+  Plan plan = sample_plan();
+  plan.policy.param_dtype.reset();
+  const nlohmann::ordered_json j = plan_to_json(plan);
+  EXPECT_TRUE(j["policy"]["param_dtype"].is_null());
+  EXPECT_TRUE(j["units"][0]["parent"].is_null());
+  EXPECT_EQ(j["units"][1]["parent"], "<root>");
+  EXPECT_TRUE(j["schedule"][16]["unit"].is_null());
+  const ParseResult parsed = parse_plan(json::parse(dump_plan(plan)));
+  EXPECT_EQ(problem_lines(parsed.problems), Lines{});
+  EXPECT_FALSE(parsed.plan.policy.param_dtype.has_value());
+  EXPECT_FALSE(parsed.plan.units[0].parent.has_value());
+}
+
+TEST(PlanJson, ReportsWrongTypeWithItsPath) {
+  json doc = sample_doc();
+  doc["units"][2]["groups"][0]["padded_numel"] = "64";
+  doc["units"][1]["root"] = 0;
+  doc["roots"][0] = nullptr;
+  EXPECT_EQ(parse_problems(doc),
+            (Lines{"units[1].root: expected a boolean, got an integer",
+                   "units[2].groups[0].padded_numel: expected an integer, got a string",
+                   "roots[0]: expected a string, got null"}));
+}
+
+TEST(PlanJson, ReportsWrongContainerTypes) {
+  json doc = sample_doc();
+  doc["units"][0] = 5;
+  doc["memory"] = json::array();
+  doc["diagnostics"] = json::object();
+  EXPECT_EQ(parse_problems(doc), (Lines{"units[0]: expected an object, got an integer",
+                                        "memory: expected an object, got an array",
+                                        "diagnostics: expected an array, got an object"}));
+}
+
+TEST(PlanJson, NullIsOnlyAllowedForOptionalFields) {
+  json doc = sample_doc();
+  doc["generator"] = nullptr;
+  doc["units"][1]["parent"] = nullptr;  // allowed by parse; check_plan judges it
+  doc["units"][1]["type"] = nullptr;
+  doc["schedule"][3]["unit"] = 7;
+  EXPECT_EQ(parse_problems(doc), (Lines{"generator: expected a string, got null",
+                                        "units[1].type: expected a string, got null",
+                                        "schedule[3].unit: expected a string or null, got an "
+                                        "integer"}));
+}
+
+TEST(PlanJson, ReportsMissingField) {
+  json doc = sample_doc();
+  doc["units"][1].erase("call_count");
+  doc["policy"].erase("param_dtype");  // optional, but the key must be present
+  doc.erase("diagnostics");
+  EXPECT_EQ(parse_problems(doc),
+            (Lines{"policy.param_dtype: missing field", "units[1].call_count: missing field",
+                   "diagnostics: missing field"}));
+}
+
+TEST(PlanJson, ReportsUnknownField) {
+  json doc = sample_doc();
+  doc["policy"]["colour"] = "blue";
+  doc["schedule"][0]["note\nwith newline"] = 1;
+  doc["extra"] = json::array();
+  EXPECT_EQ(parse_problems(doc),
+            (Lines{"policy.colour: unknown field",
+                   "schedule[0][\"note\\nwith newline\"]: unknown field", "extra: unknown field"}));
+}
+
+TEST(PlanJson, RejectsFloatsWhereIntegersAreExpected) {
+  json doc = sample_doc();
+  doc["mesh"]["world_size"] = 4.0;
+  doc["units"][0]["groups"][0]["params"][0]["shape"][1] = 4.5;
+  EXPECT_EQ(parse_problems(doc),
+            (Lines{"mesh.world_size: expected an integer, got the floating-point number 4.0",
+                   "units[0].groups[0].params[0].shape[1]: expected an integer, got the "
+                   "floating-point number 4.5"}));
+}
+
+TEST(PlanJson, RejectsIntegersBeyond64Bits) {
+  json doc = sample_doc();
+  // 2^70 and 2^64 - 1 as written in a file; the parser turns the first into a double.
+  doc["model"]["modules"] = json::parse("1180591620717411303424");
+  doc["model"]["parameters"] = json::parse("18446744073709551615");
+  doc["model"]["parameter_numel"] = json::parse("-1180591620717411303424");
+  doc["memory"]["slot_bytes"] = HUGE_VAL;  // what 1e400 would be, had the parser allowed it
+  const std::string out_of_range = ": integer out of range: must fit in 64 bits (signed)";
+  EXPECT_EQ(parse_problems(doc),
+            (Lines{"model.modules" + out_of_range, "model.parameters" + out_of_range,
+                   "model.parameter_numel" + out_of_range, "memory.slot_bytes" + out_of_range}));
+}
+
+TEST(PlanJson, AcceptsLargestInt64) {
+  json doc = sample_doc();
+  doc["model"]["modules"] = json::parse("9223372036854775807");
+  const ParseResult parsed = parse_plan(doc);
+  EXPECT_EQ(problem_lines(parsed.problems), Lines{});
+  EXPECT_EQ(parsed.plan.model.modules, INT64_MAX);
+}
+
+TEST(PlanJson, RejectsNegativeCountsAndEmptyMesh) {
+  json doc = sample_doc();
+  doc["units"][0]["call_count"] = -1;
+  doc["schedule"][2]["unsharded_bytes"] = -160;
+  doc["mesh"]["shard_size"] = 0;
+  doc["policy"]["align_bytes"] = 0;
+  EXPECT_EQ(parse_problems(doc), (Lines{"mesh.shard_size: must be >= 1, got 0",
+                                        "policy.align_bytes: must be >= 1, got 0",
+                                        "units[0].call_count: must be >= 0, got -1",
+                                        "schedule[2].unsharded_bytes: must be >= 0, got -160"}));
+}
+
+TEST(PlanJson, SurvivesDeeplyNestedJunk) {
+  json doc = sample_doc();
+  doc["mesh"] = json::parse(deep_array(100000));
+  doc["units"][0]["groups"][0]["params"][0]["shape"] = json::parse(deep_array(100000));
+  doc["schedule"] = json::parse(deep_array(100000));
+  EXPECT_EQ(parse_problems(doc),
+            (Lines{"mesh: expected an object, got an array",
+                   "units[0].groups[0].params[0].shape[0]: expected an integer, got an array",
+                   "schedule[0]: expected an object, got an array"}));
+}
+
+TEST(PlanJson, DeeplyNestedSchemaIsUnsupported) {
+  json doc = sample_doc();
+  doc["schema"] = json::parse(deep_array(100000));
+  try {
+    parse_plan(doc);
+    FAIL() << "expected mfsdp::Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ExitCode::kUsage);
+    EXPECT_STREQ(error.what(),
+                 "unsupported plan schema (an array); this mfsdp reads: mfsdp.plan/1");
+  }
+}
+
+TEST(PlanJson, UnknownSchemaVersionIsAUsageError) {
+  json doc = sample_doc();
+  doc["schema"] = "mfsdp.plan/2";
+  try {
+    parse_plan(doc);
+    FAIL() << "expected mfsdp::Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ExitCode::kUsage);
+    EXPECT_STREQ(error.what(),
+                 "unsupported plan schema 'mfsdp.plan/2'; this mfsdp reads: "
+                 "mfsdp.plan/1");
+  }
+}
+
+TEST(PlanJson, MissingSchemaIsAUsageError) {
+  json doc = sample_doc();
+  doc.erase("schema");
+  try {
+    parse_plan(doc);
+    FAIL() << "expected mfsdp::Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ExitCode::kUsage);
+    EXPECT_STREQ(error.what(),
+                 "not an mfsdp plan: it has no \"schema\" field; this mfsdp reads: mfsdp.plan/1");
+  }
+}
+
+TEST(PlanJson, DocumentThatIsNotAnObjectIsAUsageError) {
+  try {
+    parse_plan(json::parse(deep_array(100000)));
+    FAIL() << "expected mfsdp::Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ExitCode::kUsage);
+    EXPECT_STREQ(error.what(),
+                 "not an mfsdp plan: expected a JSON object, got an array; this "
+                 "mfsdp reads: mfsdp.plan/1");
+  }
+}
+
+TEST(PlanJson, DumpRejectsTextThatIsNotUtf8) {
+  Plan plan = sample_plan();
+  plan.model.path = "model\xff.pt";
+  try {
+    dump_plan(plan);
+    FAIL() << "expected mfsdp::Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ExitCode::kUsage);
+  }
+}
+
+}  // namespace
+}  // namespace mfsdp::schema

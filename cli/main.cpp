@@ -1,37 +1,60 @@
-// The `mfsdp` binary. Every failure reaches the user as one line and a documented exit code.
+// The `mfsdp` binary. Commands that read only plan files run here without LibTorch, so they
+// start fast; commands that load a model (plan, and later run/export) live in the
+// `mfsdp-torch` binary installed next to this one, which this one execs.
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
-#include "cli/plan_command.h"
+#include "cli/command_line.h"
 #include "schema/error.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{
-      "mfsdp: compile a fully-sharded data-parallel schedule for a TorchScript model into a "
-      "plan file, then train by it.",
-      "mfsdp"};
-  app.set_version_flag("--version", std::string("mfsdp ") + MFSDP_VERSION);
-  app.require_subcommand(1);
-  app.footer("Run 'mfsdp <command> --help' for a command's flags and examples. Docs: docs/.");
-  mfsdp::cli::add_plan_command(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "mfsdp: error: " << e.what() << " (see --help)\n";
-    return static_cast<int>(mfsdp::ExitCode::kUsage);
-  } catch (const mfsdp::Error& e) {
-    std::cerr << "mfsdp: error: " << e.what() << "\n";
-    return e.exit_status();
-  } catch (const std::exception& e) {
-    std::cerr << "mfsdp: internal error: " << e.what() << " (please report this)\n";
-    return static_cast<int>(mfsdp::ExitCode::kInternal);
+namespace {
+
+const char* const kTorchCommands[] = {"plan"};
+
+bool needs_torch(int argc, char** argv) {
+  if (argc < 2) return false;
+  for (const char* command : kTorchCommands) {
+    if (std::string(argv[1]) == command) return true;
   }
-  return 0;
+  return false;
+}
+
+std::string torch_binary() {
+  if (const char* path = std::getenv("MFSDP_TORCH_BINARY")) return path;
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "mfsdp-torch";
+  self[n] = '\0';
+  std::string dir(self);
+  return dir.substr(0, dir.rfind('/') + 1) + "mfsdp-torch";
+}
+
+[[noreturn]] void exec_torch_binary(int argc, char** argv) {
+  const std::string path = torch_binary();
+  std::vector<char*> args(argv, argv + argc);
+  args[0] = const_cast<char*>(path.c_str());
+  args.push_back(nullptr);
+  execv(path.c_str(), args.data());
+  std::cerr << "mfsdp: internal error: cannot run " << path << " (" << strerror(errno)
+            << "); mfsdp-torch must be installed next to mfsdp\n";
+  std::exit(static_cast<int>(mfsdp::ExitCode::kInternal));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (needs_torch(argc, argv)) exec_torch_binary(argc, argv);
+  CLI::App app;
+  mfsdp::cli::describe_app(app);
+  // Listed here for --help; parsing never reaches them (they were exec'd above).
+  app.add_subcommand("plan", "Compile a TorchScript model and a sharding scope into a plan file");
+  return mfsdp::cli::run_app(app, argc, argv);
 }

@@ -199,33 +199,62 @@ bool is_scalar_array(const ordered_json& j) {
   return true;
 }
 
+void write_string(const std::string& text, std::string& out) {
+  // Plan text is names and messages: escape-free in practice, so check before paying for it.
+  for (unsigned char c : text) {
+    if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80) {
+      out += ordered_json(text).dump();
+      return;
+    }
+  }
+  out += '"';
+  out += text;
+  out += '"';
+}
+
+void write_scalar(const ordered_json& j, std::string& out) {
+  if (j.is_string()) {
+    write_string(j.get_ref<const std::string&>(), out);
+  } else if (j.is_number_integer()) {
+    out += std::to_string(j.get<int64_t>());
+  } else {
+    out += j.dump();
+  }
+}
+
 // Like dump(2), except that arrays of scalars (shapes, unit lists) stay on one line: a plan
 // then reads like a table in review, and a changed shape is a one-line diff.
 void write_readable(const ordered_json& j, int indent, std::string& out) {
-  const std::string pad(indent, ' '), inner(indent + 2, ' ');
   if (j.is_object() && !j.empty()) {
     out += "{\n";
     size_t i = 0;
     for (auto it = j.begin(); it != j.end(); ++it, ++i) {
-      out += inner + ordered_json(it.key()).dump() + ": ";
+      out.append(indent + 2, ' ');
+      write_string(it.key(), out);
+      out += ": ";
       write_readable(it.value(), indent + 2, out);
       out += i + 1 < j.size() ? ",\n" : "\n";
     }
-    out += pad + "}";
+    out.append(indent, ' ');
+    out += '}';
   } else if (j.is_array() && !j.empty() && !is_scalar_array(j)) {
     out += "[\n";
     for (size_t i = 0; i < j.size(); ++i) {
-      out += inner;
+      out.append(indent + 2, ' ');
       write_readable(j[i], indent + 2, out);
       out += i + 1 < j.size() ? ",\n" : "\n";
     }
-    out += pad + "]";
+    out.append(indent, ' ');
+    out += ']';
   } else if (is_scalar_array(j)) {
-    out += "[";
-    for (size_t i = 0; i < j.size(); ++i) out += (i ? ", " : "") + j[i].dump();
-    out += "]";
+    out += '[';
+    for (size_t i = 0; i < j.size(); ++i) {
+      if (i) out += ", ";
+      write_scalar(j[i], out);
+    }
+    out += ']';
   } else {
-    out += j.dump();
+    write_scalar(j, out);
   }
 }
 

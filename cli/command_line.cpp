@@ -1,0 +1,41 @@
+#include "cli/command_line.h"
+
+#include <iostream>
+
+#include "schema/error.h"
+
+namespace mfsdp::cli {
+
+void describe_app(CLI::App& app) {
+  app.description(
+      "mfsdp: compile a fully-sharded data-parallel schedule for a TorchScript model into a "
+      "plan file, then train by it.");
+  app.name("mfsdp");
+  app.set_version_flag("--version", std::string("mfsdp ") + MFSDP_VERSION);
+  app.require_subcommand(1);
+  app.footer("Run 'mfsdp <command> --help' for a command's flags and examples. Docs: docs/.");
+}
+
+int run_app(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "mfsdp: error: " << e.what() << " (see --help)\n";
+    return static_cast<int>(ExitCode::kUsage);
+  } catch (const Error& e) {
+    std::cerr << "mfsdp: error: " << e.what() << "\n";
+    return e.exit_status();
+  } catch (const std::exception& e) {
+    std::cerr << "mfsdp: internal error: " << e.what() << " (please report this)\n";
+    return static_cast<int>(ExitCode::kInternal);
+  }
+  return 0;
+}
+
+}  // namespace mfsdp::cli

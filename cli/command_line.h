@@ -1,0 +1,14 @@
+#pragma once
+// What both mfsdp binaries share: the top-level app and the single place where errors become
+// one line on stderr and a documented exit code.
+
+#include <CLI/CLI.hpp>
+
+namespace mfsdp::cli {
+
+// The top-level `mfsdp` app with its description, version flag and footer.
+void describe_app(CLI::App& app);
+// Parses and runs the chosen command; returns the process exit status.
+int run_app(CLI::App& app, int argc, char** argv);
+
+}  // namespace mfsdp::cli

@@ -256,7 +256,7 @@ ModelIR extract_model(const torch::jit::Module& module, const std::string& origi
   return Extractor(origin).run(module);
 }
 
-ModelIR load_model(const std::string& path) {
+torch::jit::Module load_module(const std::string& path) {
   {
     std::ifstream probe(path, std::ios::binary);
     if (!probe) fail(ExitCode::kModel, path + ": cannot open the model file (does it exist?)");
@@ -280,7 +280,9 @@ ModelIR load_model(const std::string& path) {
     fail(ExitCode::kModel, path + ": cannot load as TorchScript (" + first_line(e.what()) +
                                "); save the model with torch.jit.script(model).save(path)");
   }
-  return extract_model(module, path);
+  return module;
 }
+
+ModelIR load_model(const std::string& path) { return extract_model(load_module(path), path); }
 
 }  // namespace mfsdp::planner

@@ -8,6 +8,10 @@
 
 namespace mfsdp::planner {
 
+// torch::jit::load on the CPU with the planner's one-line errors: Error(kModel) naming the
+// file when it is missing, empty, not a TorchScript archive or truncated.
+torch::jit::Module load_module(const std::string& path);
+
 // Module tree, distinct tensors and forward trace of a loaded module. Throws Error(kModel)
 // when it has no forward method or a parameter layout mfsdp cannot shard.
 ModelIR extract_model(const torch::jit::Module& module, const std::string& origin);

@@ -1,0 +1,27 @@
+#pragma once
+// Getting control at unit boundaries of a TorchScript model, where no Python hooks exist:
+// identity operators (mfsdp::unit_enter, mfsdp::unit_exit) with autograd kernels are inserted
+// into each unit class's forward graph, on its tensor inputs at entry and on its tensor
+// outputs before return. Their forwards call UnitHooks::pre_forward/post_forward; the
+// backward of unit_exit calls pre_backward. Instances of a class share one graph, so every
+// instance carries an int attribute `_mfsdp_unit` (its unit id, -1 when it is not a unit)
+// that the inserted code reads.
+
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+
+namespace mfsdp::planner {
+
+// Instruments `model` so that unit i is the module at `unit_paths[i]` ("" or "<root>" for the
+// model). Must run after torch::jit::load and before the first forward (graph executors cache
+// their optimised graphs). Throws Error(kPlanning) naming the unit and the reason when a
+// unit's outputs cannot be wrapped (only Tensor, and tuples/lists of Tensor and non-tensor
+// values, can be); nothing is left half-instrumented in that case. Also throws Error(kPlanning),
+// before changing anything, for a path that names no module (or the same instance twice), a
+// unit without forward (a ModuleList), a second call on one model, and a model whose forward,
+// or a unit class's forward, has already run.
+void instrument_units(torch::jit::Module& model, const std::vector<std::string>& unit_paths);
+
+}  // namespace mfsdp::planner

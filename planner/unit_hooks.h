@@ -1,0 +1,26 @@
+#pragma once
+// What runs at unit boundaries inside an instrumented TorchScript forward (see
+// planner/instrumentation.h). The executor implements it to follow a plan; `mfsdp plan
+// --trace-input` implements it to record the real unit order. No LibTorch types here.
+
+namespace mfsdp::planner {
+
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  // Entering a unit's forward, before it reads any parameter.
+  virtual void pre_forward(int unit) = 0;
+  // Its forward has produced its outputs.
+  virtual void post_forward(int unit) = 0;
+  // Gradients have reached the unit's outputs, before any of its backward runs. Once per call
+  // of the unit whose outputs take part in the gradient, on the thread autograd runs that
+  // part of backward on. An exception thrown here reaches backward()'s caller unchanged; one
+  // thrown from the forward hooks arrives as the TorchScript interpreter's std::runtime_error.
+  virtual void pre_backward(int unit) = 0;
+};
+
+// Installs the hooks the instrumented graphs call, process-wide (nullptr: none; the operators
+// then only pass their tensors through). Returns the previous ones.
+UnitHooks* set_unit_hooks(UnitHooks* hooks);
+
+}  // namespace mfsdp::planner

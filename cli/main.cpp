@@ -13,18 +13,31 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command_line.h"
+#include "cli/diff_command.h"
+#include "cli/show_command.h"
+#include "cli/validate_command.h"
 #include "schema/error.h"
 
 namespace {
 
 const char* const kTorchCommands[] = {"plan"};
 
+// `validate --model` loads the model; `validate` alone reads only the plan.
+bool validates_against_model(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") return false;
+    if (arg == "--model" || arg.rfind("--model=", 0) == 0) return true;
+  }
+  return false;
+}
+
 bool needs_torch(int argc, char** argv) {
   if (argc < 2) return false;
   for (const char* command : kTorchCommands) {
     if (std::string(argv[1]) == command) return true;
   }
-  return false;
+  return std::string(argv[1]) == "validate" && validates_against_model(argc, argv);
 }
 
 std::string torch_binary() {
@@ -56,5 +69,8 @@ int main(int argc, char** argv) {
   mfsdp::cli::describe_app(app);
   // Listed here for --help; parsing never reaches them (they were exec'd above).
   app.add_subcommand("plan", "Compile a TorchScript model and a sharding scope into a plan file");
+  mfsdp::cli::add_validate_command(app);
+  mfsdp::cli::add_show_command(app);
+  mfsdp::cli::add_diff_command(app);
   return mfsdp::cli::run_app(app, argc, argv);
 }

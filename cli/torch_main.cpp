@@ -3,11 +3,14 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command_line.h"
+#include "cli/model_check.h"
 #include "cli/plan_command.h"
+#include "cli/validate_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app;
   mfsdp::cli::describe_app(app);
   mfsdp::cli::add_plan_command(app);
+  mfsdp::cli::add_validate_command(app, mfsdp::cli::check_plan_against_model);
   return mfsdp::cli::run_app(app, argc, argv);
 }

@@ -1,0 +1,37 @@
+#pragma once
+// `mfsdp validate plan.json [--model model.pt]`: is this file a plan the executor may obey?
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "schema/plan.h"
+#include "schema/problem.h"
+
+namespace mfsdp::cli {
+
+// A plan file read for a reviewer: the plan and what is wrong with it. `parsed` is false when
+// the document does not have the plan's shape; then `plan` is incomplete and `problems` are the
+// shape problems only (check_plan needs a complete plan).
+struct CheckedPlan {
+  schema::Plan plan;
+  bool parsed = false;
+  std::vector<schema::Problem> problems;
+};
+
+// read_plan_file, then check_plan when the plan parsed. Throws Error(kUsage) when the file is
+// not a plan at all (unreadable, not JSON, not an object, unknown schema version).
+CheckedPlan read_checked_plan(const std::string& path);
+
+// Compares a plan with a model file and returns the mismatches. Throws Error(kModel) when the
+// model cannot be loaded. Only mfsdp-torch has one (cli/model_check.h).
+using ModelCheck =
+    std::function<std::vector<schema::Problem>(const schema::Plan&, const std::string& model)>;
+
+// Adds `mfsdp validate` to `app`. Without `model_check`, `--model` is listed but refused: the
+// `mfsdp` binary execs mfsdp-torch for it before parsing.
+void add_validate_command(CLI::App& app, ModelCheck model_check = nullptr);
+
+}  // namespace mfsdp::cli

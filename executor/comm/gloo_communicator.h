@@ -1,0 +1,50 @@
+#pragma once
+// Collectives over a connected Gloo context, each enqueued on the communicator's stream.
+// Rendezvous::gloo_communicator makes them; one context per communicator, so communicators
+// on different streams run their collectives concurrently. all_gather, all_reduce and
+// broadcast are Gloo's; reduce_scatter is ring_reduce_scatter.h. Aliasing: all_gather's `in`
+// may be this rank's slice of `out`, and reduce_scatter's `out` may lie inside `in`.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "executor/comm/communicator.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace mfsdp::executor {
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // `global_rank` and `name` only label error messages; `timeout` bounds every collective.
+  GlooCommunicator(std::shared_ptr<gloo::Context> context, Stream& stream, std::string name,
+                   int global_rank, std::chrono::milliseconds timeout);
+
+  int rank() const override;
+  int size() const override;
+  Stream& stream() override { return stream_; }
+  const std::string& name() const { return name_; }
+
+  void all_gather(const void* in, void* out, size_t bytes, std::string what) override;
+  void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op,
+                      std::string what) override;
+  void all_reduce(float* data, size_t count, ReduceOp op, std::string what) override;
+  void broadcast(void* data, size_t bytes, int root, std::string what) override;
+
+ private:
+  // Enqueues `collective` so that any failure surfaces as
+  // Error(kRuntime, "rank R: <what> on <name> failed: <reason>").
+  template <typename Collective>
+  void enqueue(std::string what, Collective collective);
+
+  std::shared_ptr<gloo::Context> context_;  // shared with queued work that still uses it
+  Stream& stream_;
+  std::string name_;
+  int global_rank_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace mfsdp::executor

@@ -1,0 +1,534 @@
+#include "executor/runtime/context.h"
+
+#include <torch/csrc/autograd/engine.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+
+#include "executor/runtime/cpu_stream.h"
+#include "executor/runtime/flat_group.h"
+#include "executor/runtime/schedule_cursor.h"
+#include "executor/runtime/unit_state.h"
+#include "planner/instrumentation.h"
+#include "planner/model_loader.h"
+#include "planner/torch_model.h"
+#include "planner/unit_hooks.h"
+#include "schema/digest.h"
+#include "schema/error.h"
+#include "schema/plan_check.h"
+#include "schema/plan_json.h"
+
+namespace mfsdp::executor {
+namespace {
+
+using ObjectPtr = c10::intrusive_ptr<c10::ivalue::Object>;
+
+// Where a parameter lives in the TorchScript object graph, so it can be swapped.
+struct ParamSlot {
+  ObjectPtr owner;
+  size_t slot = 0;
+};
+
+struct UnitRuntime {
+  const schema::Unit* plan = nullptr;
+  int slot = -1;
+  std::vector<FlatGroup> groups;
+  std::vector<std::vector<std::vector<ParamSlot>>> places;  // [group][param] -> registrations
+  UnitState state = UnitState::kResting;
+  bool bound = false;
+  std::shared_ptr<Event> gathered;
+  std::vector<at::Tensor> grads;  // per group, this microbatch
+  int grads_missing = 0;
+};
+
+std::string plan_unit_path(const std::string& name) {
+  return name == schema::kRootName ? "" : name;
+}
+
+schema::Plan load_plan(const std::string& path) {
+  schema::ParseResult parsed = schema::read_plan_file(path);
+  std::vector<schema::Problem> problems = parsed.problems;
+  if (problems.empty()) problems = schema::check_plan(parsed.plan);
+  if (!problems.empty()) {
+    fail(ExitCode::kUsage, path + ": not a valid plan (" + problems.front().str() +
+                               (problems.size() > 1
+                                    ? "; and " + std::to_string(problems.size() - 1) + " more"
+                                    : "") +
+                               "); run mfsdp validate " + path);
+  }
+  return parsed.plan;
+}
+
+}  // namespace
+
+struct Context::Impl : planner::UnitHooks {
+  ContextOptions options;
+  schema::Plan plan;
+  torch::jit::Module module;
+  std::unique_ptr<Rendezvous> rendezvous;
+  int rank = 0;
+  int shard_rank = 0;
+  int replica = 0;
+  std::unique_ptr<Stream> ag_stream, rs_stream, control_stream;
+  Stream* reduce_stream = nullptr;  // rs_stream, or ag_stream under a unified-stream plan
+  std::unique_ptr<Communicator> ag_comm, rs_comm, replica_comm, control_comm;
+  std::vector<std::vector<uint8_t>> slots;  // the plan's static buffers
+  std::vector<UnitRuntime> units;
+  std::unique_ptr<ScheduleCursor> cursor;
+  std::unique_ptr<ReduceScatterOrder> rs_order;
+  bool is_last_microbatch = true;
+  bool in_step = false;          // a microbatch's forward has started
+  bool backward_done = true;     // its end of backward has run
+  bool callback_queued = false;
+  int microbatches_seen = 0;
+  int64_t peak_bytes = 0;
+  std::vector<std::string> divergences;
+  planner::UnitHooks* previous_hooks = nullptr;
+
+  ~Impl() override {
+    planner::set_unit_hooks(previous_hooks);
+    // Streams must stop before the buffers their work points at go away.
+    ag_comm.reset();
+    rs_comm.reset();
+    replica_comm.reset();
+    control_comm.reset();
+    ag_stream.reset();
+    rs_stream.reset();
+    control_stream.reset();
+  }
+
+  const std::string& name(int u) const { return units[u].plan->name; }
+
+  void start_microbatch_if_needed() {
+    if (in_step) return;
+    in_step = true;
+    backward_done = false;
+    callback_queued = false;
+    cursor->restart();
+    rs_order->restart();
+  }
+
+  // --- UnitHooks: called from the instrumented graphs -----------------------------------
+  void pre_forward(int u) override {
+    start_microbatch_if_needed();
+    UnitRuntime& unit = units[u];
+    transition(unit.state, UnitState::kForward, name(u));
+    perform(cursor->on_event(Point::kPreForward, u));
+    if (!unit.bound) bind(u);
+  }
+
+  void post_forward(int u) override {
+    transition(units[u].state, UnitState::kResting, name(u));
+    perform(cursor->on_event(Point::kPostForward, u));
+  }
+
+  void pre_backward(int u) override {
+    if (!callback_queued) {
+      // The first unit to see gradients arranges the end of backward, like FSDP's root.
+      callback_queued = true;
+      torch::autograd::Engine::get_default_engine().queue_callback([this] { end_of_backward(); });
+    }
+    transition(units[u].state, UnitState::kBackward, name(u));
+    perform(cursor->on_event(Point::kPreBackward, u));
+  }
+
+  // --- Schedule actions -----------------------------------------------------------------
+  void perform(const std::vector<ScheduleAction>& actions) {
+    for (const ScheduleAction& a : actions) {
+      switch (a.kind) {
+        case ScheduleAction::Kind::kAllGather: issue_all_gather(a.unit); break;
+        case ScheduleAction::Kind::kWait: units[a.unit].gathered->wait(); break;
+        case ScheduleAction::Kind::kReshard: reshard(a.unit); break;
+      }
+    }
+    peak_bytes = std::max(peak_bytes, cursor->peak_bytes());
+  }
+
+  void issue_all_gather(int u) {
+    UnitRuntime& unit = units[u];
+    for (size_t g = 0; g < unit.groups.size(); ++g) {
+      FlatGroup& group = unit.groups[g];
+      ag_comm->all_gather(group.gather_input(), group.unsharded().data_ptr(),
+                          group.shard_bytes_in_compute_dtype(),
+                          "all-gather of " + name(u) + " group " + std::to_string(g));
+    }
+    unit.gathered = ag_stream->record();
+  }
+
+  void reshard(int u) {
+    UnitRuntime& unit = units[u];
+    // The slot may be reused right after: the all-gather into it must have finished.
+    if (unit.gathered) unit.gathered->wait();
+    if (unit.bound) {
+      for (size_t g = 0; g < unit.groups.size(); ++g) {
+        const at::Tensor empty = at::empty({0}, at::TensorOptions().dtype(unit.groups[g].compute_dtype()));
+        for (const auto& registrations : unit.places[g]) {
+          for (const ParamSlot& p : registrations) p.owner->setSlot(p.slot, empty);
+        }
+      }
+      unit.bound = false;
+    }
+  }
+
+  void bind(int u) {
+    UnitRuntime& unit = units[u];
+    unit.grads.assign(unit.groups.size(), at::Tensor());
+    unit.grads_missing = 0;
+    for (size_t g = 0; g < unit.groups.size(); ++g) {
+      FlatGroup& group = unit.groups[g];
+      std::vector<at::Tensor> views;
+      group.bind(views);
+      for (size_t p = 0; p < views.size(); ++p) {
+        for (const ParamSlot& place : unit.places[g][p]) place.owner->setSlot(place.slot, views[p]);
+      }
+      if (group.trainable()) {
+        ++unit.grads_missing;
+        group.leaf().register_hook([this, u, g](const at::Tensor& grad) {
+          on_gradient(u, static_cast<int>(g), grad);
+        });
+      }
+    }
+    unit.bound = true;
+  }
+
+  // --- Gradients ------------------------------------------------------------------------
+  void on_gradient(int u, int g, const at::Tensor& grad) {
+    UnitRuntime& unit = units[u];
+    if (unit.grads[g].defined()) {
+      fail(ExitCode::kInternal, "unit " + name(u) + " group " + std::to_string(g) +
+                                    " received its gradient twice in one backward");
+    }
+    unit.grads[g] = grad;
+    if (--unit.grads_missing > 0) return;
+    if (unit.state == UnitState::kBackward) transition(unit.state, UnitState::kResting, name(u));
+    for (int w : rs_order->ready(u)) issue_reduce_scatter(w);
+  }
+
+  void issue_reduce_scatter(int u) {
+    UnitRuntime& unit = units[u];
+    for (size_t g = 0; g < unit.groups.size(); ++g) {
+      FlatGroup& group = unit.groups[g];
+      if (!group.trainable()) continue;
+      const int64_t count = group.layout().shard_numel;
+      at::Tensor input = g < unit.grads.size() && unit.grads[g].defined()
+                             ? unit.grads[g].to(at::kFloat).contiguous()
+                             : at::zeros({group.layout().padded_numel}, at::kFloat);
+      at::Tensor output = at::empty({count}, at::kFloat);
+      const std::string what = "reduce-scatter of " + name(u) + " group " + std::to_string(g);
+      rs_comm->reduce_scatter(input.data_ptr<float>(), output.data_ptr<float>(), count,
+                              ReduceOp::kAvg, what);
+      at::Tensor main_grad = group.main_grad();
+      reduce_stream->enqueue(
+          [input, output, main_grad]() mutable { main_grad.add_(output.to(main_grad.scalar_type())); },
+          "accumulating " + what);
+      if (is_last_microbatch && replica_comm) {
+        replica_comm->all_reduce(main_grad.data_ptr<float>(), count, ReduceOp::kAvg,
+                                 "all-reduce across replicas of " + name(u));
+      }
+    }
+    unit.grads.assign(unit.groups.size(), at::Tensor());
+  }
+
+  void end_of_backward() {
+    if (backward_done) return;
+    perform(cursor->finish());
+    for (int w : rs_order->finish()) issue_reduce_scatter(w);
+    reduce_stream->synchronize();
+    for (size_t u = 0; u < units.size(); ++u) {
+      UnitRuntime& unit = units[u];
+      unit.state = UnitState::kResting;
+      for (auto& group : unit.groups) group.release();
+      unit.grads.clear();
+    }
+    if (microbatches_seen++ == 0) report_order(cursor->divergences());
+    backward_done = true;
+    in_step = false;
+    is_last_microbatch = true;
+  }
+
+  void report_order(const std::vector<std::string>& found) {
+    if (found.empty()) return;
+    divergences = found;
+    std::string text = "rank " + std::to_string(rank) + ": the first microbatch's unit order differs from the plan: " + found.front() +
+                       (found.size() > 1 ? " (and " + std::to_string(found.size() - 1) + " more)" : "");
+    if (options.strict_order) fail(ExitCode::kRuntime, text + "; re-plan, or drop --strict-order");
+    std::cerr << "mfsdp: warning: " << text << "; collectives still follow the plan\n";
+  }
+};
+
+namespace {
+
+std::vector<int> range_group(int first, int count, int stride) {
+  std::vector<int> ranks;
+  for (int i = 0; i < count; ++i) ranks.push_back(first + i * stride);
+  return ranks;
+}
+
+// Every rank must run the same plan on the same model: compared before the first collective.
+void check_same_plan_everywhere(Rendezvous& rendezvous, const schema::Plan& plan) {
+  const std::string mine = schema::sha256_hex(schema::dump_plan(plan));
+  const std::vector<std::string> all = rendezvous.exchange("mfsdp/plan-check", mine);
+  std::string differing;
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] != all[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!differing.empty()) {
+    fail(ExitCode::kUsage, "rank(s) " + differing +
+                               " were given a different plan or model than rank 0; give every "
+                               "rank the same plan and model files");
+  }
+}
+
+std::map<std::string, torch::jit::Module> modules_by_path(const torch::jit::Module& model) {
+  std::map<std::string, torch::jit::Module> out;
+  for (const auto& m : model.named_modules()) out.emplace(m.name, m.value);
+  return out;
+}
+
+ParamSlot locate(const std::map<std::string, torch::jit::Module>& modules, const std::string& fqn) {
+  const auto dot = fqn.rfind('.');
+  const std::string path = dot == std::string::npos ? "" : fqn.substr(0, dot);
+  const std::string attr = dot == std::string::npos ? fqn : fqn.substr(dot + 1);
+  const ObjectPtr owner = modules.at(path)._ivalue();
+  return {owner, owner->type()->getAttributeSlot(attr)};
+}
+
+}  // namespace
+
+std::unique_ptr<Context> Context::create(const std::string& plan_path,
+                                         const std::string& model_path, const LaunchEnv& env,
+                                         ContextOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->plan = load_plan(plan_path);
+  const schema::Plan& plan = impl->plan;
+  if (env.world_size != plan.mesh.world_size) {
+    fail(ExitCode::kUsage, plan_path + " is for " + std::to_string(plan.mesh.world_size) +
+                               " ranks but WORLD_SIZE is " + std::to_string(env.world_size) +
+                               "; re-plan with --world-size " + std::to_string(env.world_size) +
+                               " or launch " + std::to_string(plan.mesh.world_size) + " ranks");
+  }
+  if (plan.policy.reduce_dtype != "float32") {
+    fail(ExitCode::kUsage, plan_path + ": reduce dtype " + plan.policy.reduce_dtype +
+                               " is not supported by the CPU (Gloo) executor; plan with "
+                               "--reduce-dtype float32");
+  }
+
+  // Graph executors specialise and cache graphs at the first forward; the instrumented
+  // graphs must run as written, and the same on every rank.
+  torch::jit::setGraphExecutorOptimize(false);
+  impl->module = planner::load_module(model_path);
+  const planner::ModelIR ir = planner::extract_model(impl->module, model_path);
+  if (planner::structural_hash(ir) != plan.model.structural_hash) {
+    fail(ExitCode::kUsage, model_path + " does not match " + plan_path +
+                               " (its module tree, parameter names, shapes or dtypes differ); "
+                               "run mfsdp validate --model to see how, then re-plan");
+  }
+
+  impl->rendezvous = std::make_unique<Rendezvous>(env, options.collective_timeout);
+  impl->rank = env.rank;
+  check_same_plan_everywhere(*impl->rendezvous, plan);
+
+  // Mesh: replicas are outer, shards inner: rank = replica * shard_size + shard_rank.
+  const int shards = static_cast<int>(plan.mesh.shard_size);
+  const int replicas = static_cast<int>(plan.mesh.replicate_size);
+  impl->replica = env.rank / shards;
+  impl->shard_rank = env.rank % shards;
+  const std::vector<int> shard_group = range_group(impl->replica * shards, shards, 1);
+  const std::vector<int> replica_group = range_group(impl->shard_rank, replicas, shards);
+  const std::vector<int> world = range_group(0, env.world_size, 1);
+
+  // Streams and communicators, in the same order on every rank.
+  impl->ag_stream = make_cpu_stream(plan.policy.unified_stream ? "unified" : "all_gather");
+  if (!plan.policy.unified_stream) impl->rs_stream = make_cpu_stream("reduce_scatter");
+  impl->reduce_stream = plan.policy.unified_stream ? impl->ag_stream.get() : impl->rs_stream.get();
+  Stream& rs_stream = *impl->reduce_stream;
+  impl->control_stream = make_cpu_stream("control");
+  const auto timeout = options.collective_timeout;
+  Rendezvous& rdv = *impl->rendezvous;
+  impl->ag_comm = rdv.gloo_communicator("all_gather." + std::to_string(impl->replica),
+                                        shard_group, *impl->ag_stream, timeout);
+  impl->rs_comm = rdv.gloo_communicator("reduce_scatter." + std::to_string(impl->replica),
+                                        shard_group, rs_stream, timeout);
+  if (replicas > 1) {
+    impl->replica_comm = rdv.gloo_communicator("replicas." + std::to_string(impl->shard_rank),
+                                               replica_group, rs_stream, timeout);
+  }
+  impl->control_comm = rdv.gloo_communicator("control", world, *impl->control_stream, timeout);
+
+  // The plan's static slots, allocated once; unsharded parameters live only in them.
+  std::map<std::string, int> slot_of;
+  for (const auto& slot : plan.memory.slots) {
+    impl->slots.emplace_back(static_cast<size_t>(slot.bytes));
+    for (const auto& unit : slot.units) slot_of[unit] = static_cast<int>(slot.index);
+  }
+
+  const auto modules = modules_by_path(impl->module);
+  std::vector<std::string> unit_paths;
+  impl->units.resize(plan.units.size());
+  std::vector<ParamSlot> all_places;
+  for (size_t u = 0; u < plan.units.size(); ++u) {
+    const schema::Unit& planned = plan.units[u];
+    UnitRuntime& unit = impl->units[u];
+    unit.plan = &planned;
+    auto it = slot_of.find(planned.name);
+    unit.slot = it == slot_of.end() ? -1 : it->second;
+    uint8_t* base = unit.slot == -1 ? nullptr : impl->slots[unit.slot].data();
+    int64_t offset = 0;
+    unit.groups.reserve(planned.groups.size());
+    for (const auto& group : planned.groups) {
+      unit.groups.emplace_back(group, plan.policy, impl->shard_rank, base ? base + offset : nullptr);
+      offset += unit.groups.back().unsharded_bytes();
+      std::vector<at::Tensor> values;
+      std::vector<std::vector<ParamSlot>> places;
+      for (const auto& param : group.params) {
+        std::vector<ParamSlot> registrations = {locate(modules, param.name)};
+        for (const auto& alias : param.aliases) registrations.push_back(locate(modules, alias));
+        values.push_back(registrations[0].owner->getSlot(registrations[0].slot).toTensor());
+        all_places.insert(all_places.end(), registrations.begin(), registrations.end());
+        places.push_back(std::move(registrations));
+      }
+      unit.groups.back().load(values);
+      unit.places.push_back(std::move(places));
+    }
+    unit_paths.push_back(plan_unit_path(planned.name));
+  }
+  // From here on the only copy of a parameter is its master shard.
+  for (const ParamSlot& p : all_places) {
+    const at::Tensor value = p.owner->getSlot(p.slot).toTensor();
+    p.owner->setSlot(p.slot, at::empty({0}, value.options()));
+  }
+
+  planner::instrument_units(impl->module, unit_paths);
+  impl->cursor = std::make_unique<ScheduleCursor>(impl->plan);
+  impl->rs_order = std::make_unique<ReduceScatterOrder>(impl->plan);
+  impl->previous_hooks = planner::set_unit_hooks(impl.get());
+  return std::unique_ptr<Context>(new Context(std::move(impl)));
+}
+
+Context::Context(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Context::~Context() = default;
+
+torch::jit::Module& Context::model() { return impl_->module; }
+const schema::Plan& Context::plan() const { return impl_->plan; }
+int Context::rank() const { return impl_->rank; }
+int Context::world_size() const { return static_cast<int>(impl_->plan.mesh.world_size); }
+
+void Context::microbatch(bool is_last) {
+  if (impl_->in_step) {
+    fail(ExitCode::kUsage, "microbatch() called in the middle of a microbatch; call it before the "
+                           "forward");
+  }
+  impl_->is_last_microbatch = is_last;
+}
+
+void Context::backward(const at::Tensor& loss) {
+  loss.backward();
+  impl_->end_of_backward();
+}
+
+std::vector<at::Tensor> Context::sharded_parameters() {
+  sync_gradients();
+  std::vector<at::Tensor> out;
+  for (auto& unit : impl_->units) {
+    for (auto& group : unit.groups) {
+      if (group.trainable()) out.push_back(group.master());
+    }
+  }
+  return out;
+}
+
+void Context::sync_gradients() {
+  for (auto& unit : impl_->units) {
+    for (auto& group : unit.groups) {
+      if (!group.trainable()) continue;
+      const bool same = group.master().scalar_type() == group.main_grad().scalar_type();
+      group.master().mutable_grad() =
+          same ? group.main_grad() : group.main_grad().to(group.master().scalar_type());
+    }
+  }
+}
+
+void Context::zero_grad() {
+  for (auto& unit : impl_->units) {
+    for (auto& group : unit.groups) {
+      if (group.trainable()) group.main_grad().zero_();
+    }
+  }
+}
+
+double Context::clip_grad_norm(double max_norm) {
+  double local = 0;
+  for (auto& unit : impl_->units) {
+    for (auto& group : unit.groups) {
+      if (group.trainable()) local += group.main_grad().to(at::kDouble).pow(2).sum().item<double>();
+    }
+  }
+  // Shards are disjoint within a shard group and identical across replicas.
+  float value = static_cast<float>(local);
+  impl_->control_comm->all_reduce(&value, 1, ReduceOp::kSum, "gradient-norm all-reduce");
+  impl_->control_stream->synchronize();
+  const double replicas = static_cast<double>(impl_->plan.mesh.replicate_size);
+  const double norm = std::sqrt(value / replicas);
+  if (norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (auto& unit : impl_->units) {
+      for (auto& group : unit.groups) {
+        if (group.trainable()) group.main_grad().mul_(scale);
+      }
+    }
+  }
+  return norm;
+}
+
+double Context::mean_over_ranks(double value) {
+  float v = static_cast<float>(value);
+  impl_->control_comm->all_reduce(&v, 1, ReduceOp::kAvg, "mean over ranks");
+  impl_->control_stream->synchronize();
+  return v;
+}
+
+std::map<std::string, at::Tensor> Context::full_parameters() {
+  std::map<std::string, at::Tensor> out;
+  const int64_t shards = impl_->plan.mesh.shard_size;
+  for (auto& unit : impl_->units) {
+    for (auto& group : unit.groups) {
+      at::Tensor master = group.master().detach().contiguous();
+      at::Tensor full = at::empty({group.layout().padded_numel}, master.options());
+      const int64_t bytes = master.numel() * master.element_size();
+      impl_->ag_comm->all_gather(master.data_ptr(), full.data_ptr(), bytes,
+                                 "full-parameter all-gather of " + unit.plan->name);
+      impl_->ag_stream->synchronize();
+      (void)shards;
+      const std::vector<at::Tensor> values = group.unflatten(full);
+      for (size_t p = 0; p < values.size(); ++p) {
+        const auto& layout = group.layout().params[p];
+        out[layout.name] = values[p];
+        for (const auto& alias : layout.aliases) out[alias] = values[p];
+      }
+    }
+  }
+  return out;
+}
+
+ContextStats Context::stats() const {
+  ContextStats s;
+  for (const auto& unit : impl_->units) {
+    for (const auto& group : unit.groups) {
+      // What is really allocated, not what the layout says.
+      const at::Tensor& master = group.master();
+      s.sharded_param_bytes += master.numel() * master.element_size();
+      if (group.trainable()) {
+        const at::Tensor& grad = group.main_grad();
+        s.sharded_grad_bytes += grad.numel() * grad.element_size();
+      }
+    }
+  }
+  for (const auto& slot : impl_->slots) s.slot_bytes += static_cast<int64_t>(slot.size());
+  s.peak_unsharded_bytes = impl_->peak_bytes;
+  s.divergences = impl_->divergences;
+  return s;
+}
+
+}  // namespace mfsdp::executor

@@ -1,0 +1,92 @@
+#pragma once
+// The executor's entry point: everything a rank needs to train by a plan, created before the
+// first forward (nothing lazy in a hook). Construction loads and validates the plan and the
+// model, meets the other ranks, checks that every rank has the same plan and model, creates
+// the streams and communicators, allocates the plan's static slots, shards the parameters
+// and instruments the model. Then:
+//
+//   auto ctx = Context::create("model.plan.json", "model.pt", LaunchEnv::from_environment());
+//   for (int m = 0; m < microbatches; ++m) {
+//     microbatch(*ctx, m + 1 == microbatches);
+//     at::Tensor loss = compute_loss(ctx->model().forward({inputs[m]})) / microbatches;
+//     ctx->backward(loss);
+//   }
+//   optimizer.step();  // over ctx->sharded_parameters(); see train/sharded_optimizer.h
+//   ctx->zero_grad();
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+
+#include "executor/comm/rendezvous.h"
+#include "schema/plan.h"
+
+namespace mfsdp::executor {
+
+struct ContextOptions {
+  // Any collective that takes longer fails the step (no silent hang).
+  std::chrono::milliseconds collective_timeout = std::chrono::minutes(30);
+  // Fail, instead of warning, when the first microbatch's unit order differs from the plan.
+  bool strict_order = false;
+};
+
+struct ContextStats {
+  int64_t sharded_param_bytes = 0;   // persistent master shards on this rank
+  int64_t sharded_grad_bytes = 0;    // persistent main-gradient shards on this rank
+  int64_t slot_bytes = 0;            // static buffers for unsharded parameters
+  int64_t peak_unsharded_bytes = 0;  // most bytes of gathered units live at once, measured
+  std::vector<std::string> divergences;  // where the first microbatch left the plan's order
+};
+
+class Context {
+ public:
+  static std::unique_ptr<Context> create(const std::string& plan_path,
+                                         const std::string& model_path, const LaunchEnv& env,
+                                         ContextOptions options = {});
+  ~Context();
+
+  torch::jit::Module& model();
+  const schema::Plan& plan() const;
+  int rank() const;
+  int world_size() const;
+
+  // Gradient accumulation: call before each microbatch's forward. Plain FSDP reduce-scatters
+  // into the sharded main gradients every microbatch; HSDP also all-reduces them across
+  // replicas after the last one.
+  void microbatch(bool is_last);
+  // loss.backward(), then the end of backward: remaining reduce-scatters (zeros for units
+  // that got no gradient) and a wait for the reduce-scatter stream.
+  void backward(const at::Tensor& loss);
+
+  // One tensor per trainable group of every unit: this rank's master shard, whose grad is the
+  // group's sharded main gradient (valid after backward()). Hand these to an optimizer.
+  std::vector<at::Tensor> sharded_parameters();
+  // Points each sharded parameter's grad at its main gradient (converted when the master is
+  // stored in another dtype). Optimizers call it before stepping.
+  void sync_gradients();
+  void zero_grad();
+  // Scales the main gradients so that their global L2 norm is at most `max_norm`; returns
+  // the norm before scaling.
+  double clip_grad_norm(double max_norm);
+  // Full parameter values by name (aliases included), gathered on every rank.
+  std::map<std::string, at::Tensor> full_parameters();
+
+  // An all-reduce mean over all ranks of a scalar, for reporting (e.g. the loss).
+  double mean_over_ranks(double value);
+
+  ContextStats stats() const;
+
+ private:
+  struct Impl;
+  explicit Context(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Megatron-FSDP's spelling: the last-microbatch state lives on the context.
+inline void microbatch(Context& context, bool is_last) { context.microbatch(is_last); }
+
+}  // namespace mfsdp::executor

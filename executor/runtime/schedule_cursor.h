@@ -1,0 +1,85 @@
+#pragma once
+// Following a plan's schedule literally. The executor reports what really happens at unit
+// boundaries (pre-forward, post-forward, pre-backward); the cursor answers with the plan's
+// collectives and state changes to perform, in plan order, so every rank issues the same
+// collectives in the same order even when a data-dependent branch skips a unit on one rank.
+// Entries the run skipped are still carried out (their all-gathers issued, their reshards
+// done) and recorded as divergences. No LibTorch here.
+
+#include <string>
+#include <vector>
+
+#include "schema/plan.h"
+
+namespace mfsdp::executor {
+
+enum class Point { kPreForward, kPostForward, kPreBackward };
+
+struct ScheduleAction {
+  enum class Kind {
+    kAllGather,  // issue the unit's all-gather on the all-gather stream
+    kWait,       // compute waits for the unit's all-gather
+    kReshard,    // free the unit's unsharded storage (its slot may be reused afterwards)
+  };
+  Kind kind;
+  int unit;  // index into plan.units
+  bool operator==(const ScheduleAction& o) const { return kind == o.kind && unit == o.unit; }
+};
+
+class ScheduleCursor {
+ public:
+  explicit ScheduleCursor(const schema::Plan& plan);
+
+  // Back to the first entry, for the next microbatch.
+  void restart();
+  // The actions for an event: those of every entry skipped since the last event, then the
+  // entry's own. Throws Error(kRuntime) when the plan has no such entry ahead (a unit called
+  // more often than planned, or out of phase).
+  std::vector<ScheduleAction> on_event(Point point, int unit);
+  // The actions of every entry left, through end_of_backward.
+  std::vector<ScheduleAction> finish();
+
+  // Entries whose event never came, or came late: "pre_forward branch_b (call 0) did not run".
+  const std::vector<std::string>& divergences() const { return divergences_; }
+  // Live unsharded bytes after each processed entry's all-gathers (before its reshards), the
+  // same quantity as the plan's schedule[i].unsharded_bytes; and its maximum so far.
+  int64_t live_bytes() const { return live_; }
+  int64_t peak_bytes() const { return peak_; }
+
+ private:
+  void run_entry(size_t index, std::vector<ScheduleAction>& out);
+
+  struct Entry {
+    int unit = -1;  // -1 for end_of_backward
+    std::vector<int> all_gather, wait, reshard;
+  };
+
+  const schema::Plan& plan_;
+  std::vector<Entry> entries_;  // plan.schedule with unit indices
+  std::vector<int64_t> unit_bytes_;
+  size_t next_ = 0;
+  int64_t live_ = 0;
+  int64_t peak_ = 0;
+  std::vector<std::string> divergences_;
+};
+
+// Reduce-scatters retire in the plan's order on every rank: a unit whose gradients are ready
+// early waits for the units before it.
+class ReduceScatterOrder {
+ public:
+  explicit ReduceScatterOrder(const schema::Plan& plan);
+  void restart();
+  // Marks `unit`'s gradients ready; returns the units now to reduce, in order.
+  std::vector<int> ready(int unit);
+  // End of backward: every unit not yet reduced, in order (their gradients are zero if
+  // they never arrived).
+  std::vector<int> finish();
+  bool expects(int unit) const;
+
+ private:
+  std::vector<int> order_;
+  std::vector<bool> is_ready_;
+  size_t next_ = 0;
+};
+
+}  // namespace mfsdp::executor

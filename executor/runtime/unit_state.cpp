@@ -1,0 +1,29 @@
+#include "executor/runtime/unit_state.h"
+
+#include "schema/error.h"
+
+namespace mfsdp::executor {
+
+const char* state_name(UnitState s) {
+  switch (s) {
+    case UnitState::kResting: return "RESTING";
+    case UnitState::kForward: return "FORWARD";
+    case UnitState::kBackward: return "BACKWARD";
+  }
+  return "?";
+}
+
+void transition(UnitState& state, UnitState next, const std::string& unit) {
+  const bool allowed = (state == UnitState::kResting && next == UnitState::kForward) ||
+                       (state == UnitState::kForward && next == UnitState::kResting) ||
+                       (state == UnitState::kResting && next == UnitState::kBackward) ||
+                       (state == UnitState::kBackward && next == UnitState::kBackward) ||
+                       (state == UnitState::kBackward && next == UnitState::kResting);
+  if (!allowed) {
+    fail(ExitCode::kInternal, "unit " + unit + " cannot go from " + state_name(state) + " to " +
+                                  state_name(next));
+  }
+  state = next;
+}
+
+}  // namespace mfsdp::executor

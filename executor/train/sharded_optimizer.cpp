@@ -1,0 +1,45 @@
+#include "executor/train/sharded_optimizer.h"
+
+#include "schema/error.h"
+
+namespace mfsdp::executor {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<at::Tensor> params,
+                                                        const OptimizerConfig& c) {
+  if (c.kind == "sgd") {
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
+  }
+  if (c.kind == "adam") {
+    return std::make_unique<torch::optim::Adam>(
+        params, torch::optim::AdamOptions(c.lr)
+                    .betas({c.beta1, c.beta2})
+                    .eps(c.eps)
+                    .weight_decay(c.weight_decay));
+  }
+  if (c.kind == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(c.lr)
+                    .betas({c.beta1, c.beta2})
+                    .eps(c.eps)
+                    .weight_decay(c.weight_decay));
+  }
+  fail(ExitCode::kUsage, "unknown optimizer '" + c.kind + "'; use sgd, adam or adamw");
+}
+
+ShardedOptimizer::ShardedOptimizer(Context& context, const OptimizerConfig& config)
+    : context_(context), optimizer_(make_optimizer(context.sharded_parameters(), config)) {}
+
+void ShardedOptimizer::step() {
+  context_.sync_gradients();
+  at::NoGradGuard no_grad;
+  optimizer_->step();
+}
+
+void ShardedOptimizer::set_lr(double lr) {
+  for (auto& group : optimizer_->param_groups()) {
+    group.options().set_lr(lr);
+  }
+}
+
+}  // namespace mfsdp::executor

@@ -1,0 +1,117 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "executor/comm/rendezvous.h"
+#include "schema/error.h"
+
+namespace mfsdp::executor {
+namespace {
+
+// Sets the launch variables for one test and restores the process environment afterwards.
+class LaunchEnvTest : public ::testing::Test {
+ protected:
+  static constexpr const char* kNames[] = {"MASTER_ADDR",      "MASTER_PORT", "RANK",
+                                           "WORLD_SIZE",       "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
+                                           "MFSDP_AGENT_STORE"};
+
+  void SetUp() override {
+    for (const char* name : kNames) {
+      const char* value = std::getenv(name);
+      saved_[name] = value ? std::optional<std::string>(value) : std::nullopt;
+      unsetenv(name);
+    }
+    set("MASTER_ADDR", "10.0.0.7");
+    set("MASTER_PORT", "29511");
+    set("RANK", "3");
+    set("WORLD_SIZE", "8");
+  }
+  void TearDown() override {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+  void set(const char* name, const char* value) { setenv(name, value, 1); }
+
+  std::string error_of_from_environment() {
+    try {
+      LaunchEnv::from_environment();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::kRuntime);
+      return e.what();
+    }
+    ADD_FAILURE() << "from_environment did not throw";
+    return "";
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+TEST_F(LaunchEnvTest, ReadsTorchrunVariables) {
+  set("LOCAL_RANK", "1");
+  set("LOCAL_WORLD_SIZE", "4");
+  set("MFSDP_AGENT_STORE", "1");
+  const LaunchEnv env = LaunchEnv::from_environment();
+  EXPECT_EQ(env.master_addr, "10.0.0.7");
+  EXPECT_EQ(env.master_port, 29511);
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.world_size, 8);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.local_world_size, 4);
+  EXPECT_TRUE(env.agent_store);
+}
+
+TEST_F(LaunchEnvTest, WithoutLocalVariablesEveryRankIsLocal) {
+  const LaunchEnv env = LaunchEnv::from_environment();
+  EXPECT_EQ(env.local_rank, 3);
+  EXPECT_EQ(env.local_world_size, 8);
+  EXPECT_FALSE(env.agent_store);
+}
+
+TEST_F(LaunchEnvTest, MissingWorldSizeExplainsHowToLaunch) {
+  unsetenv("WORLD_SIZE");
+  EXPECT_EQ(error_of_from_environment(),
+            "WORLD_SIZE is not set; launch with mfsdp run or torchrun, or set MASTER_ADDR, "
+            "MASTER_PORT, RANK, WORLD_SIZE");
+}
+
+TEST_F(LaunchEnvTest, MissingMasterAddrIsNamed) {
+  unsetenv("MASTER_ADDR");
+  EXPECT_EQ(error_of_from_environment().rfind("MASTER_ADDR is not set; launch with", 0), 0u);
+}
+
+TEST_F(LaunchEnvTest, RejectsMalformedNumbers) {
+  set("RANK", "three");
+  EXPECT_EQ(error_of_from_environment(), "RANK='three' is not an integer");
+  set("RANK", "3");
+  set("MASTER_PORT", "29511x");
+  EXPECT_EQ(error_of_from_environment(), "MASTER_PORT='29511x' is not an integer");
+}
+
+TEST_F(LaunchEnvTest, RejectsOutOfRangeValues) {
+  set("RANK", "8");
+  EXPECT_EQ(error_of_from_environment(), "RANK=8 is out of range; expected 0..7");
+  set("RANK", "0");
+  set("MASTER_PORT", "0");
+  EXPECT_EQ(error_of_from_environment(), "MASTER_PORT=0 is out of range; expected 1..65535");
+  set("MASTER_PORT", "29511");
+  set("LOCAL_WORLD_SIZE", "2");
+  set("LOCAL_RANK", "2");
+  EXPECT_EQ(error_of_from_environment(), "LOCAL_RANK=2 is out of range; expected 0..1");
+}
+
+TEST_F(LaunchEnvTest, RejectsAgentStoreFlagOtherThanZeroOrOne) {
+  set("MFSDP_AGENT_STORE", "yes");
+  EXPECT_EQ(error_of_from_environment(), "MFSDP_AGENT_STORE='yes' must be 0 or 1");
+}
+
+}  // namespace
+}  // namespace mfsdp::executor

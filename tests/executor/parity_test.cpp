@@ -1,0 +1,178 @@
+// The acceptance test of the executor: training a fixture fully sharded across real rank
+// processes gives the same parameters and loss curve as single-process LibTorch training of
+// the same model on the same global batches.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "executor/comm/rendezvous.h"
+#include "planner/sharding_scope.h"
+#include "schema/plan_json.h"
+#include "tests/executor/parity_config.h"
+#include "tests/executor/rank_processes.h"
+#include "tests/executor/reference_training.h"
+
+namespace mfsdp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct ParityCase {
+  std::string task;
+  int world = 2;
+  int replicate = 1;
+  std::string optimizer = "adamw";
+  int microbatches = 1;
+  std::vector<std::string> units;
+};
+
+std::string fixture_path(const std::string& file) {
+  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + file;
+}
+
+std::string write_plan(const ParityCase& c, const std::string& dir) {
+  const TrainingTask task = task_named(c.task);
+  planner::ShardedModel model = planner::ShardedModel::load(fixture_path(task.fixture));
+  planner::ShardingScope scope(model, {c.world, c.world / c.replicate, c.replicate}, {});
+  for (const auto& u : c.units) scope.fully_shard(u);
+  const std::string path = dir + "/plan.json";
+  schema::write_file_atomically(path, schema::dump_plan(scope.finalize()));
+  return path;
+}
+
+std::string report(const std::vector<RankResult>& results) {
+  std::string text;
+  for (size_t r = 0; r < results.size(); ++r) {
+    text += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) +
+            "\nstdout: " + results[r].out + "stderr: " + results[r].err + "\n";
+  }
+  return text;
+}
+
+// max |a - b| / max |b| over a tensor: 0 for identical tensors.
+double relative_difference(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = std::max(b.abs().max().item<double>(), 1e-12);
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / scale;
+}
+
+constexpr int kSteps = 10;
+
+void expect_parity(const ParityCase& c) {
+  const std::string dir = ::testing::TempDir() + "/parity_" + c.task + "_" +
+                          std::to_string(c.world) + "x" + std::to_string(c.replicate) + "_" +
+                          c.optimizer + "_" + std::to_string(c.microbatches);
+  std::filesystem::create_directories(dir);
+  const std::string plan = write_plan(c, dir);
+  const std::string out = dir + "/result.pt";
+  const TrainingTask task = task_named(c.task);
+
+  executor::StoreHost host(0, 60s);
+  RankLaunch launch;
+  launch.program = MFSDP_PARITY_WORKER;
+  launch.args = {c.task, plan, fixture_path(task.fixture), std::to_string(kSteps),
+                 std::to_string(c.microbatches), c.optimizer, out};
+  launch.world_size = c.world;
+  launch.master_port = host.port();
+  launch.agent_store = true;
+  launch.limit = 120s;
+  const std::vector<RankResult> ranks = run_ranks(launch);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << report(ranks);
+  // Units really are sharded, and gathered memory is what the plan predicted, on every rank.
+  const schema::Plan planned = schema::read_plan_file(plan).plan;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string expected =
+        "rank " + std::to_string(r) + " sharded_param_bytes " +
+        std::to_string(planned.memory.sharded_param_bytes) + " peak_unsharded_bytes " +
+        std::to_string(planned.memory.peak_unsharded_bytes) + " divergences 0";
+    EXPECT_NE(ranks[r].out.find(expected), std::string::npos) << expected << "\n" << report(ranks);
+  }
+
+  std::map<std::string, at::Tensor> params;
+  std::vector<double> losses;
+  load_parity_result(out, params, losses);
+  const TrainingResult reference =
+      train_reference(task, fixture_path(task.fixture), kSteps, c.optimizer);
+
+  ASSERT_EQ(params.size(), reference.params.size());
+  double worst = 0;
+  std::string worst_name;
+  int64_t rounding_only = 0, elements = 0;
+  const double update_bound = 2 * parity_optimizer(c.optimizer).lr * kSteps;
+  for (const auto& [name, expected] : reference.params) {
+    ASSERT_TRUE(params.count(name)) << name;
+    at::Tensor got = params.at(name).to(at::kDouble), want = expected.to(at::kDouble);
+    elements += want.numel();
+    auto mask = reference.rounding_only.find(name);
+    if (mask != reference.rounding_only.end()) {
+      // Elements Adam moved by rounding noise alone: bounded by the learning rate, not equal.
+      const at::Tensor noisy = mask->second;
+      const int64_t count = noisy.sum().item<int64_t>();
+      rounding_only += count;
+      if (count > 0) {
+        EXPECT_LE((got - want).abs().masked_select(noisy).max().item<double>(), update_bound)
+            << name;
+      }
+      got = got.masked_fill(noisy, 0);
+      want = want.masked_fill(noisy, 0);
+    }
+    const double d = relative_difference(got, want);
+    if (d > worst) {
+      worst = d;
+      worst_name = name;
+    }
+  }
+  std::cout << "max relative parameter difference " << worst << " (" << worst_name << "); "
+            << rounding_only << " of " << elements << " elements had rounding-only gradients\n";
+  EXPECT_LE(worst, 1e-5) << "worst parameter " << worst_name;
+  // Only a sliver of the model may be excused (the attention key biases here).
+  EXPECT_LE(rounding_only, elements / 100);
+  ASSERT_EQ(losses.size(), reference.losses.size());
+  for (size_t s = 0; s < losses.size(); ++s) {
+    EXPECT_NEAR(losses[s], reference.losses[s], 1e-5 * std::abs(reference.losses[s]))
+        << "step " << s;
+  }
+  // Training did something: the loss moved.
+  EXPECT_NE(reference.losses.front(), reference.losses.back());
+}
+
+const std::vector<std::string> kGptUnits = {"layers.0", "layers.1", "<root>"};
+const std::vector<std::string> kReorderedUnits = {"stem", "blocks.0", "blocks.1", "blocks.2",
+                                                  "head", "<root>"};
+const std::vector<std::string> kTwoRootUnits = {"encoder", "decoder"};
+
+class GptParity : public ::testing::TestWithParam<std::tuple<int, std::string, int>> {};
+
+TEST_P(GptParity, MatchesSingleProcessTraining) {
+  const auto& [world, optimizer, microbatches] = GetParam();
+  expect_parity({"tied_lm", world, 1, optimizer, microbatches, kGptUnits});
+}
+
+INSTANTIATE_TEST_SUITE_P(TiedLm, GptParity,
+                         ::testing::Combine(::testing::Values(2, 3),
+                                            ::testing::Values("sgd", "adamw"),
+                                            ::testing::Values(1, 4)));
+
+TEST(Parity, ReorderedModelOnThreeRanksWithMicrobatches) {
+  expect_parity({"reordered", 3, 1, "sgd", 4, kReorderedUnits});
+}
+
+TEST(Parity, ReorderedModelOnTwoRanks) {
+  expect_parity({"reordered", 2, 1, "adamw", 1, kReorderedUnits});
+}
+
+TEST(Parity, TwoRootsShareOneSchedule) {
+  expect_parity({"two_roots", 2, 1, "adamw", 4, kTwoRootUnits});
+  expect_parity({"two_roots", 3, 1, "sgd", 1, kTwoRootUnits});
+}
+
+TEST(Parity, HybridShardingTwoByTwo) {
+  expect_parity({"tied_lm", 4, 2, "adamw", 4, kGptUnits});
+  expect_parity({"tied_lm", 4, 2, "sgd", 1, kGptUnits});
+}
+
+}  // namespace
+}  // namespace mfsdp::testing

@@ -1,0 +1,118 @@
+#include "executor/runtime/schedule_cursor.h"
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "schema/error.h"
+#include "schema/plan_json.h"
+
+namespace mfsdp::executor {
+namespace {
+
+using Kind = ScheduleAction::Kind;
+
+schema::Plan golden(const std::string& name) {
+  schema::ParseResult r =
+      schema::read_plan_file(std::string(MFSDP_SOURCE_DIR) + "/plans/" + name + ".plan.json");
+  EXPECT_TRUE(r.problems.empty());
+  return r.plan;
+}
+
+int unit(const schema::Plan& plan, const std::string& name) {
+  for (size_t u = 0; u < plan.units.size(); ++u) {
+    if (plan.units[u].name == name) return static_cast<int>(u);
+  }
+  throw std::logic_error("no unit " + name);
+}
+
+std::vector<std::string> describe(const schema::Plan& plan, const std::vector<ScheduleAction>& a) {
+  std::vector<std::string> out;
+  for (const auto& x : a) {
+    const char* kind = x.kind == Kind::kAllGather ? "ag "
+                       : x.kind == Kind::kWait    ? "wait "
+                                                  : "reshard ";
+    out.push_back(kind + plan.units[x.unit].name);
+  }
+  return out;
+}
+
+using Lines = std::vector<std::string>;
+
+// two_roots: encoder then decoder, prefetch 1; decoder is kept for backward.
+TEST(ScheduleCursor, FollowsThePlanEventByEvent) {
+  const schema::Plan plan = golden("two_roots");
+  ScheduleCursor cursor(plan);
+  const int enc = unit(plan, "encoder"), dec = unit(plan, "decoder");
+  EXPECT_EQ(describe(plan, cursor.on_event(Point::kPreForward, enc)),
+            (Lines{"ag encoder", "ag decoder", "wait encoder"}));
+  EXPECT_EQ(describe(plan, cursor.on_event(Point::kPostForward, enc)), Lines{"reshard encoder"});
+  EXPECT_EQ(describe(plan, cursor.on_event(Point::kPreForward, dec)), Lines{"wait decoder"});
+  EXPECT_EQ(describe(plan, cursor.on_event(Point::kPostForward, dec)), Lines{});
+  EXPECT_EQ(describe(plan, cursor.on_event(Point::kPreBackward, dec)), Lines{"ag encoder"});
+  // post_backward decoder is passed on the way to encoder's pre_backward.
+  EXPECT_EQ(describe(plan, cursor.on_event(Point::kPreBackward, enc)),
+            (Lines{"reshard decoder", "wait encoder"}));
+  EXPECT_EQ(describe(plan, cursor.finish()), Lines{"reshard encoder"});
+  EXPECT_TRUE(cursor.divergences().empty());
+  EXPECT_EQ(cursor.peak_bytes(), plan.memory.peak_unsharded_bytes);
+  EXPECT_EQ(cursor.live_bytes(), 0);
+}
+
+TEST(ScheduleCursor, SkippedEntriesStillIssueTheirCollectivesAndAreReported) {
+  const schema::Plan plan = golden("conditional");
+  ScheduleCursor cursor(plan);
+  const int root = unit(plan, "<root>");
+  cursor.on_event(Point::kPreForward, root);
+  cursor.on_event(Point::kPreForward, unit(plan, "pre"));
+  cursor.on_event(Point::kPostForward, unit(plan, "pre"));
+  cursor.on_event(Point::kPreForward, unit(plan, "branch_a"));
+  cursor.on_event(Point::kPostForward, unit(plan, "branch_a"));
+  // branch_b is not taken: its entries are carried out on the way to post.
+  const Lines actions = describe(plan, cursor.on_event(Point::kPreForward, unit(plan, "post")));
+  EXPECT_EQ(actions,
+            (Lines{"ag post", "wait branch_b", "reshard branch_b", "ag refine", "wait post"}));
+  ASSERT_EQ(cursor.divergences().size(), 1u);
+  EXPECT_EQ(cursor.divergences()[0],
+            "pre_forward branch_b (call 0) did not run before pre_forward post");
+}
+
+TEST(ScheduleCursor, AnEventThePlanDoesNotHaveAheadFails) {
+  const schema::Plan plan = golden("two_roots");
+  ScheduleCursor cursor(plan);
+  cursor.on_event(Point::kPreForward, unit(plan, "encoder"));
+  cursor.on_event(Point::kPostForward, unit(plan, "encoder"));
+  cursor.on_event(Point::kPreForward, unit(plan, "decoder"));
+  try {
+    cursor.on_event(Point::kPreForward, unit(plan, "encoder"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kRuntime);
+    EXPECT_NE(std::string(e.what()).find("unit encoder reached pre_forward where the plan has no"),
+              std::string::npos);
+  }
+}
+
+TEST(ScheduleCursor, RestartBeginsTheNextMicrobatch) {
+  const schema::Plan plan = golden("two_roots");
+  ScheduleCursor cursor(plan);
+  cursor.on_event(Point::kPreForward, unit(plan, "encoder"));
+  cursor.finish();
+  cursor.restart();
+  EXPECT_EQ(describe(plan, cursor.on_event(Point::kPreForward, unit(plan, "encoder"))),
+            (Lines{"ag encoder", "ag decoder", "wait encoder"}));
+}
+
+TEST(ReduceScatterOrder, EarlyUnitsWaitForTheOnesBeforeThem) {
+  const schema::Plan plan = golden("tied_lm");  // reduce order: layers.1, layers.0, <root>
+  ReduceScatterOrder order(plan);
+  const int root = unit(plan, "<root>"), l0 = unit(plan, "layers.0"), l1 = unit(plan, "layers.1");
+  EXPECT_EQ(order.ready(l0), std::vector<int>{});
+  EXPECT_EQ(order.ready(l1), (std::vector<int>{l1, l0}));
+  EXPECT_EQ(order.finish(), std::vector<int>{root});
+  order.restart();
+  EXPECT_EQ(order.ready(l1), std::vector<int>{l1});
+}
+
+}  // namespace
+}  // namespace mfsdp::executor

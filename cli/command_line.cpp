@@ -5,6 +5,17 @@
 #include "schema/error.h"
 
 namespace mfsdp::cli {
+namespace {
+
+struct QuietExit {
+  ExitCode code;
+};
+
+}  // namespace
+
+void exit_with(ExitCode code) {
+  throw QuietExit{code};
+}
 
 void describe_app(CLI::App& app) {
   app.description(
@@ -25,6 +36,8 @@ int run_app(CLI::App& app, int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const QuietExit& e) {
+    return static_cast<int>(e.code);
   } catch (const CLI::ParseError& e) {
     std::cerr << "mfsdp: error: " << e.what() << " (see --help)\n";
     return static_cast<int>(ExitCode::kUsage);

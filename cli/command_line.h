@@ -4,11 +4,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include "schema/error.h"
+
 namespace mfsdp::cli {
 
 // The top-level `mfsdp` app with its description, version flag and footer.
 void describe_app(CLI::App& app);
 // Parses and runs the chosen command; returns the process exit status.
 int run_app(CLI::App& app, int argc, char** argv);
+
+// Ends a command with `code` and no message, after it has printed its answer (e.g. `diff`
+// when the plans differ, like diff(1)). run_app turns it into the exit status.
+[[noreturn]] void exit_with(ExitCode code);
 
 }  // namespace mfsdp::cli

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "cli/byte_size.h"
+#include "cli/command_line.h"
 #include "cli/diff_render.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
@@ -121,9 +122,8 @@ void run_diff(const DiffFlags& flags) {
     differ = std::any_of(report.thresholds.begin(), report.thresholds.end(),
                          [](const auto& r) { return r.tripped; });
   }
-  // Differences are an answer, not an error: no "mfsdp: error:" line, only the status
-  // (run_app turns a returning command into 0).
-  if (differ) std::exit(static_cast<int>(ExitCode::kFindings));
+  // Differences are an answer, not an error: no "mfsdp: error:" line, only the status.
+  if (differ) exit_with(ExitCode::kFindings);
 }
 
 }  // namespace

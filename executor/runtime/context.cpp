@@ -51,11 +51,10 @@ schema::Plan load_plan(const std::string& path) {
   std::vector<schema::Problem> problems = parsed.problems;
   if (problems.empty()) problems = schema::check_plan(parsed.plan);
   if (!problems.empty()) {
-    fail(ExitCode::kUsage, path + ": not a valid plan (" + problems.front().str() +
-                               (problems.size() > 1
-                                    ? "; and " + std::to_string(problems.size() - 1) + " more"
-                                    : "") +
-                               "); run mfsdp validate " + path);
+    fail(ExitCode::kUsage,
+         path + ": not a valid plan (" + problems.front().str() +
+             (problems.size() > 1 ? "; and " + std::to_string(problems.size() - 1) + " more" : "") +
+             "); run mfsdp validate " + path);
   }
   return parsed.plan;
 }
@@ -78,13 +77,14 @@ struct Context::Impl : planner::UnitHooks {
   std::unique_ptr<ScheduleCursor> cursor;
   std::unique_ptr<ReduceScatterOrder> rs_order;
   bool is_last_microbatch = true;
-  bool in_step = false;          // a microbatch's forward has started
-  bool backward_done = true;     // its end of backward has run
+  bool in_step = false;       // a microbatch's forward has started
+  bool backward_done = true;  // its end of backward has run
   bool callback_queued = false;
   int microbatches_seen = 0;
   int64_t peak_bytes = 0;
   std::vector<std::string> divergences;
   planner::UnitHooks* previous_hooks = nullptr;
+  std::exception_ptr pending_error;
 
   ~Impl() override {
     planner::set_unit_hooks(previous_hooks);
@@ -110,20 +110,46 @@ struct Context::Impl : planner::UnitHooks {
   }
 
   // --- UnitHooks: called from the instrumented graphs -----------------------------------
+  // The TorchScript interpreter rethrows a hook's exception as a plain runtime_error; keep
+  // the original so Context::forward can rethrow it with its exit code.
+  template <typename F>
+  void remembering_errors(F&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      const std::string prefix = "rank " + std::to_string(rank) + ": ";
+      const std::string what = e.what();
+      const Error named(e.code(), what.rfind(prefix, 0) == 0 ? what : prefix + what);
+      if (!pending_error) pending_error = std::make_exception_ptr(named);
+      throw named;
+    } catch (...) {
+      if (!pending_error) pending_error = std::current_exception();
+      throw;
+    }
+  }
+
   void pre_forward(int u) override {
-    start_microbatch_if_needed();
-    UnitRuntime& unit = units[u];
-    transition(unit.state, UnitState::kForward, name(u));
-    perform(cursor->on_event(Point::kPreForward, u));
-    if (!unit.bound) bind(u);
+    remembering_errors([&] {
+      start_microbatch_if_needed();
+      UnitRuntime& unit = units[u];
+      transition(unit.state, UnitState::kForward, name(u));
+      perform(cursor->on_event(Point::kPreForward, u));
+      if (!unit.bound) bind(u);
+    });
   }
 
   void post_forward(int u) override {
-    transition(units[u].state, UnitState::kResting, name(u));
-    perform(cursor->on_event(Point::kPostForward, u));
+    remembering_errors([&] {
+      transition(units[u].state, UnitState::kResting, name(u));
+      perform(cursor->on_event(Point::kPostForward, u));
+    });
   }
 
   void pre_backward(int u) override {
+    remembering_errors([&] { enter_backward(u); });
+  }
+
+  void enter_backward(int u) {
     if (!callback_queued) {
       // The first unit to see gradients arranges the end of backward, like FSDP's root.
       callback_queued = true;
@@ -137,9 +163,15 @@ struct Context::Impl : planner::UnitHooks {
   void perform(const std::vector<ScheduleAction>& actions) {
     for (const ScheduleAction& a : actions) {
       switch (a.kind) {
-        case ScheduleAction::Kind::kAllGather: issue_all_gather(a.unit); break;
-        case ScheduleAction::Kind::kWait: units[a.unit].gathered->wait(); break;
-        case ScheduleAction::Kind::kReshard: reshard(a.unit); break;
+        case ScheduleAction::Kind::kAllGather:
+          issue_all_gather(a.unit);
+          break;
+        case ScheduleAction::Kind::kWait:
+          units[a.unit].gathered->wait();
+          break;
+        case ScheduleAction::Kind::kReshard:
+          reshard(a.unit);
+          break;
       }
     }
     peak_bytes = std::max(peak_bytes, cursor->peak_bytes());
@@ -162,7 +194,8 @@ struct Context::Impl : planner::UnitHooks {
     if (unit.gathered) unit.gathered->wait();
     if (unit.bound) {
       for (size_t g = 0; g < unit.groups.size(); ++g) {
-        const at::Tensor empty = at::empty({0}, at::TensorOptions().dtype(unit.groups[g].compute_dtype()));
+        const at::Tensor empty =
+            at::empty({0}, at::TensorOptions().dtype(unit.groups[g].compute_dtype()));
         for (const auto& registrations : unit.places[g]) {
           for (const ParamSlot& p : registrations) p.owner->setSlot(p.slot, empty);
         }
@@ -184,9 +217,8 @@ struct Context::Impl : planner::UnitHooks {
       }
       if (group.trainable()) {
         ++unit.grads_missing;
-        group.leaf().register_hook([this, u, g](const at::Tensor& grad) {
-          on_gradient(u, static_cast<int>(g), grad);
-        });
+        group.leaf().register_hook(
+            [this, u, g](const at::Tensor& grad) { on_gradient(u, static_cast<int>(g), grad); });
       }
     }
     unit.bound = true;
@@ -220,7 +252,9 @@ struct Context::Impl : planner::UnitHooks {
                               ReduceOp::kAvg, what);
       at::Tensor main_grad = group.main_grad();
       reduce_stream->enqueue(
-          [input, output, main_grad]() mutable { main_grad.add_(output.to(main_grad.scalar_type())); },
+          [input, output, main_grad]() mutable {
+            main_grad.add_(output.to(main_grad.scalar_type()));
+          },
           "accumulating " + what);
       if (is_last_microbatch && replica_comm) {
         replica_comm->all_reduce(main_grad.data_ptr<float>(), count, ReduceOp::kAvg,
@@ -250,8 +284,10 @@ struct Context::Impl : planner::UnitHooks {
   void report_order(const std::vector<std::string>& found) {
     if (found.empty()) return;
     divergences = found;
-    std::string text = "rank " + std::to_string(rank) + ": the first microbatch's unit order differs from the plan: " + found.front() +
-                       (found.size() > 1 ? " (and " + std::to_string(found.size() - 1) + " more)" : "");
+    std::string text =
+        "rank " + std::to_string(rank) +
+        ": the first microbatch's unit order differs from the plan: " + found.front() +
+        (found.size() > 1 ? " (and " + std::to_string(found.size() - 1) + " more)" : "");
     if (options.strict_order) fail(ExitCode::kRuntime, text + "; re-plan, or drop --strict-order");
     std::cerr << "mfsdp: warning: " << text << "; collectives still follow the plan\n";
   }
@@ -309,6 +345,13 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
                                "; re-plan with --world-size " + std::to_string(env.world_size) +
                                " or launch " + std::to_string(plan.mesh.world_size) + " ranks");
   }
+  if (plan.policy.param_dtype) {
+    // Gathering in another dtype also needs each unit's inputs cast at entry, which the
+    // instrumentation does not do yet; refusing beats failing inside the first matmul.
+    fail(ExitCode::kUsage, plan_path + ": param dtype " + *plan.policy.param_dtype +
+                               " (mixed precision) is not supported by the executor yet; plan "
+                               "without --param-dtype");
+  }
   if (plan.policy.reduce_dtype != "float32") {
     fail(ExitCode::kUsage, plan_path + ": reduce dtype " + plan.policy.reduce_dtype +
                                " is not supported by the CPU (Gloo) executor; plan with "
@@ -347,8 +390,8 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   impl->control_stream = make_cpu_stream("control");
   const auto timeout = options.collective_timeout;
   Rendezvous& rdv = *impl->rendezvous;
-  impl->ag_comm = rdv.gloo_communicator("all_gather." + std::to_string(impl->replica),
-                                        shard_group, *impl->ag_stream, timeout);
+  impl->ag_comm = rdv.gloo_communicator("all_gather." + std::to_string(impl->replica), shard_group,
+                                        *impl->ag_stream, timeout);
   impl->rs_comm = rdv.gloo_communicator("reduce_scatter." + std::to_string(impl->replica),
                                         shard_group, rs_stream, timeout);
   if (replicas > 1) {
@@ -378,7 +421,8 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
     int64_t offset = 0;
     unit.groups.reserve(planned.groups.size());
     for (const auto& group : planned.groups) {
-      unit.groups.emplace_back(group, plan.policy, impl->shard_rank, base ? base + offset : nullptr);
+      unit.groups.emplace_back(group, plan.policy, impl->shard_rank,
+                               base ? base + offset : nullptr);
       offset += unit.groups.back().unsharded_bytes();
       std::vector<at::Tensor> values;
       std::vector<std::vector<ParamSlot>> places;
@@ -410,15 +454,34 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
 Context::Context(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Context::~Context() = default;
 
-torch::jit::Module& Context::model() { return impl_->module; }
-const schema::Plan& Context::plan() const { return impl_->plan; }
-int Context::rank() const { return impl_->rank; }
-int Context::world_size() const { return static_cast<int>(impl_->plan.mesh.world_size); }
+torch::jit::Module& Context::model() {
+  return impl_->module;
+}
+
+c10::IValue Context::forward(std::vector<c10::IValue> inputs) {
+  impl_->pending_error = nullptr;
+  try {
+    return impl_->module.forward(std::move(inputs));
+  } catch (...) {
+    if (impl_->pending_error) std::rethrow_exception(impl_->pending_error);
+    throw;
+  }
+}
+const schema::Plan& Context::plan() const {
+  return impl_->plan;
+}
+int Context::rank() const {
+  return impl_->rank;
+}
+int Context::world_size() const {
+  return static_cast<int>(impl_->plan.mesh.world_size);
+}
 
 void Context::microbatch(bool is_last) {
   if (impl_->in_step) {
-    fail(ExitCode::kUsage, "microbatch() called in the middle of a microbatch; call it before the "
-                           "forward");
+    fail(ExitCode::kUsage,
+         "microbatch() called in the middle of a microbatch; call it before the "
+         "forward");
   }
   impl_->is_last_microbatch = is_last;
 }

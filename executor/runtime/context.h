@@ -30,15 +30,17 @@ namespace mfsdp::executor {
 struct ContextOptions {
   // Any collective that takes longer fails the step (no silent hang).
   std::chrono::milliseconds collective_timeout = std::chrono::minutes(30);
-  // Fail, instead of warning, when the first microbatch's unit order differs from the plan.
+  // Fail, instead of warning, when the first microbatch skips a unit call the plan has (a
+  // branch not taken). A unit that runs later than planned, or more often, always fails:
+  // following it would need collectives the other ranks do not issue.
   bool strict_order = false;
 };
 
 struct ContextStats {
-  int64_t sharded_param_bytes = 0;   // persistent master shards on this rank
-  int64_t sharded_grad_bytes = 0;    // persistent main-gradient shards on this rank
-  int64_t slot_bytes = 0;            // static buffers for unsharded parameters
-  int64_t peak_unsharded_bytes = 0;  // most bytes of gathered units live at once, measured
+  int64_t sharded_param_bytes = 0;       // persistent master shards on this rank
+  int64_t sharded_grad_bytes = 0;        // persistent main-gradient shards on this rank
+  int64_t slot_bytes = 0;                // static buffers for unsharded parameters
+  int64_t peak_unsharded_bytes = 0;      // most bytes of gathered units live at once, measured
   std::vector<std::string> divergences;  // where the first microbatch left the plan's order
 };
 
@@ -50,6 +52,9 @@ class Context {
   ~Context();
 
   torch::jit::Module& model();
+  // model().forward(inputs), except that a failure inside the executor's hooks comes out as
+  // the original mfsdp::Error (with its exit code) rather than the interpreter's wrapper.
+  c10::IValue forward(std::vector<c10::IValue> inputs);
   const schema::Plan& plan() const;
   int rank() const;
   int world_size() const;
@@ -87,6 +92,8 @@ class Context {
 };
 
 // Megatron-FSDP's spelling: the last-microbatch state lives on the context.
-inline void microbatch(Context& context, bool is_last) { context.microbatch(is_last); }
+inline void microbatch(Context& context, bool is_last) {
+  context.microbatch(is_last);
+}
 
 }  // namespace mfsdp::executor

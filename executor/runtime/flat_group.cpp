@@ -7,9 +7,9 @@ namespace mfsdp::executor {
 
 c10::ScalarType scalar_type(const std::string& dtype) {
   static const std::pair<const char*, c10::ScalarType> table[] = {
-      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf},
-      {"bfloat16", at::kBFloat16}, {"int64", at::kLong}, {"int32", at::kInt},
-      {"int16", at::kShort}, {"int8", at::kChar}, {"uint8", at::kByte},
+      {"float32", at::kFloat},     {"float64", at::kDouble}, {"float16", at::kHalf},
+      {"bfloat16", at::kBFloat16}, {"int64", at::kLong},     {"int32", at::kInt},
+      {"int16", at::kShort},       {"int8", at::kChar},      {"uint8", at::kByte},
       {"bool", at::kBool}};
   for (const auto& [name, type] : table) {
     if (dtype == name) return type;
@@ -17,8 +17,8 @@ c10::ScalarType scalar_type(const std::string& dtype) {
   fail(ExitCode::kUsage, "unknown dtype '" + dtype + "' in the plan");
 }
 
-FlatGroup::FlatGroup(const schema::Group& group, const schema::Policy& policy,
-                     int64_t shard_rank, void* unsharded)
+FlatGroup::FlatGroup(const schema::Group& group, const schema::Policy& policy, int64_t shard_rank,
+                     void* unsharded)
     : group_(&group),
       storage_(scalar_type(group.dtype)),
       compute_(scalar_type(schema::compute_dtype(policy, group.dtype))),
@@ -35,7 +35,9 @@ FlatGroup::FlatGroup(const schema::Group& group, const schema::Policy& policy,
   }
 }
 
-bool FlatGroup::trainable() const { return schema::has_gradient(*group_); }
+bool FlatGroup::trainable() const {
+  return schema::has_gradient(*group_);
+}
 
 int64_t FlatGroup::unsharded_bytes() const {
   return group_->padded_numel * c10::elementSize(compute_);
@@ -75,8 +77,7 @@ const void* FlatGroup::gather_input() {
 }
 
 at::Tensor FlatGroup::unsharded() const {
-  return torch::from_blob(unsharded_, {group_->padded_numel},
-                          at::TensorOptions().dtype(compute_));
+  return torch::from_blob(unsharded_, {group_->padded_numel}, at::TensorOptions().dtype(compute_));
 }
 
 void FlatGroup::bind(std::vector<at::Tensor>& views) {
@@ -101,6 +102,8 @@ void FlatGroup::bind(std::vector<at::Tensor>& views) {
   }
 }
 
-void FlatGroup::release() { leaf_ = at::Tensor(); }
+void FlatGroup::release() {
+  leaf_ = at::Tensor();
+}
 
 }  // namespace mfsdp::executor

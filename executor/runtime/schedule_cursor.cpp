@@ -10,9 +10,12 @@ namespace {
 
 const char* point_name(Point p) {
   switch (p) {
-    case Point::kPreForward: return "pre_forward";
-    case Point::kPostForward: return "post_forward";
-    case Point::kPreBackward: return "pre_backward";
+    case Point::kPreForward:
+      return "pre_forward";
+    case Point::kPostForward:
+      return "post_forward";
+    case Point::kPreBackward:
+      return "pre_backward";
   }
   return "?";
 }
@@ -29,8 +32,7 @@ std::string describe(const schema::ScheduleEntry& e) {
 
 }  // namespace
 
-ScheduleCursor::ScheduleCursor(const schema::Plan& plan)
-    : plan_(plan) {
+ScheduleCursor::ScheduleCursor(const schema::Plan& plan) : plan_(plan) {
   const auto index = unit_indices(plan);
   auto indices = [&](const std::vector<std::string>& names) {
     std::vector<int> out;
@@ -38,8 +40,8 @@ ScheduleCursor::ScheduleCursor(const schema::Plan& plan)
     return out;
   };
   for (const auto& e : plan.schedule) {
-    entries_.push_back(
-        {e.unit ? index.at(*e.unit) : -1, indices(e.all_gather), indices(e.wait), indices(e.reshard)});
+    entries_.push_back({e.unit ? index.at(*e.unit) : -1, indices(e.all_gather), indices(e.wait),
+                        indices(e.reshard)});
   }
   for (const auto& u : plan.units) unit_bytes_.push_back(u.unsharded_bytes);
 }
@@ -71,10 +73,20 @@ std::vector<ScheduleAction> ScheduleCursor::on_event(Point point, int unit) {
     ++match;
   }
   if (match == plan_.schedule.size()) {
+    // Running a unit after its planned point would need an all-gather the plan does not
+    // have (and its slot may be taken): other ranks would not issue it, so this is fatal.
+    const std::string& unit_name = plan_.units[unit].name;
+    bool planned_earlier = false;
+    for (size_t i = 0; i < next_ && !planned_earlier; ++i) {
+      planned_earlier = entries_[i].unit == unit && plan_.schedule[i].point == wanted;
+    }
+    const std::string last = next_ > 0 ? describe(plan_.schedule[next_ - 1]) : "the start";
     fail(ExitCode::kRuntime,
-         "unit " + plan_.units[unit].name + " reached " + wanted +
-             " where the plan has no such step ahead (a call the plan did not count, or a "
-             "call out of phase); re-plan with the real unit order");
+         "unit " + unit_name + " reached " + wanted +
+             (planned_earlier
+                  ? " later than the plan has it (the plan had already reached " + last + ")"
+                  : " more often than the plan counts") +
+             "; re-plan with the model's real unit order");
   }
   std::vector<ScheduleAction> out;
   for (size_t i = next_; i < match; ++i) {
@@ -97,7 +109,8 @@ std::vector<ScheduleAction> ScheduleCursor::finish() {
   for (size_t i = next_; i < plan_.schedule.size(); ++i) {
     const std::string& point = plan_.schedule[i].point;
     if (point == "pre_forward" || point == "pre_backward") {
-      divergences_.push_back(describe(plan_.schedule[i]) + " did not run before the end of backward");
+      divergences_.push_back(describe(plan_.schedule[i]) +
+                             " did not run before the end of backward");
     }
     run_entry(i, out);
   }

@@ -6,9 +6,12 @@ namespace mfsdp::executor {
 
 const char* state_name(UnitState s) {
   switch (s) {
-    case UnitState::kResting: return "RESTING";
-    case UnitState::kForward: return "FORWARD";
-    case UnitState::kBackward: return "BACKWARD";
+    case UnitState::kResting:
+      return "RESTING";
+    case UnitState::kForward:
+      return "FORWARD";
+    case UnitState::kBackward:
+      return "BACKWARD";
   }
   return "?";
 }
@@ -20,8 +23,8 @@ void transition(UnitState& state, UnitState next, const std::string& unit) {
                        (state == UnitState::kBackward && next == UnitState::kBackward) ||
                        (state == UnitState::kBackward && next == UnitState::kResting);
   if (!allowed) {
-    fail(ExitCode::kInternal, "unit " + unit + " cannot go from " + state_name(state) + " to " +
-                                  state_name(next));
+    fail(ExitCode::kInternal,
+         "unit " + unit + " cannot go from " + state_name(state) + " to " + state_name(next));
   }
   state = next;
 }

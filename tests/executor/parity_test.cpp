@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,10 +62,12 @@ double relative_difference(const at::Tensor& a, const at::Tensor& b) {
 
 constexpr int kSteps = 10;
 
-void expect_parity(const ParityCase& c) {
+// `clip_grad_norm`: both sides clip the global gradient norm to this before each step.
+void expect_parity(const ParityCase& c, std::optional<double> clip_grad_norm = std::nullopt) {
   const std::string dir = ::testing::TempDir() + "/parity_" + c.task + "_" +
                           std::to_string(c.world) + "x" + std::to_string(c.replicate) + "_" +
-                          c.optimizer + "_" + std::to_string(c.microbatches);
+                          c.optimizer + "_" + std::to_string(c.microbatches) +
+                          (clip_grad_norm ? "_clip" : "");
   std::filesystem::create_directories(dir);
   const std::string plan = write_plan(c, dir);
   const std::string out = dir + "/result.pt";
@@ -73,8 +76,16 @@ void expect_parity(const ParityCase& c) {
   executor::StoreHost host(0, 60s);
   RankLaunch launch;
   launch.program = MFSDP_PARITY_WORKER;
-  launch.args = {c.task, plan, fixture_path(task.fixture), std::to_string(kSteps),
-                 std::to_string(c.microbatches), c.optimizer, out};
+  launch.args = {c.task,
+                 plan,
+                 fixture_path(task.fixture),
+                 std::to_string(kSteps),
+                 std::to_string(c.microbatches),
+                 c.optimizer,
+                 out};
+  if (clip_grad_norm) {
+    launch.args.insert(launch.args.end(), {"--clip-grad-norm", std::to_string(*clip_grad_norm)});
+  }
   launch.world_size = c.world;
   launch.master_port = host.port();
   launch.agent_store = true;
@@ -95,7 +106,11 @@ void expect_parity(const ParityCase& c) {
   std::vector<double> losses;
   load_parity_result(out, params, losses);
   const TrainingResult reference =
-      train_reference(task, fixture_path(task.fixture), kSteps, c.optimizer);
+      train_reference(task, fixture_path(task.fixture), kSteps, c.optimizer, clip_grad_norm);
+  for (size_t s = 0; s < reference.grad_norms.size(); ++s) {
+    // Clipping really scaled the gradients, or this case would not test it.
+    EXPECT_GT(reference.grad_norms[s], *clip_grad_norm) << "step " << s;
+  }
 
   ASSERT_EQ(params.size(), reference.params.size());
   double worst = 0;
@@ -140,8 +155,8 @@ void expect_parity(const ParityCase& c) {
 }
 
 const std::vector<std::string> kGptUnits = {"layers.0", "layers.1", "<root>"};
-const std::vector<std::string> kReorderedUnits = {"stem", "blocks.0", "blocks.1", "blocks.2",
-                                                  "head", "<root>"};
+const std::vector<std::string> kReorderedUnits = {"stem",     "blocks.0", "blocks.1",
+                                                  "blocks.2", "head",     "<root>"};
 const std::vector<std::string> kTwoRootUnits = {"encoder", "decoder"};
 
 class GptParity : public ::testing::TestWithParam<std::tuple<int, std::string, int>> {};
@@ -167,6 +182,13 @@ TEST(Parity, ReorderedModelOnTwoRanks) {
 TEST(Parity, TwoRootsShareOneSchedule) {
   expect_parity({"two_roots", 2, 1, "adamw", 4, kTwoRootUnits});
   expect_parity({"two_roots", 3, 1, "sgd", 1, kTwoRootUnits});
+}
+
+// Context::clip_grad_norm all-reduces the squared norm of the main-gradient shards; SGD, unlike
+// Adam, is not invariant to the gradients' scale, so a wrong norm shows in the parameters.
+TEST(Parity, GlobalNormClippingMatchesClipGradNorm) {
+  expect_parity({"tied_lm", 3, 1, "sgd", 4, kGptUnits}, 0.5);
+  expect_parity({"tied_lm", 4, 2, "sgd", 1, kGptUnits}, 0.5);
 }
 
 TEST(Parity, HybridShardingTwoByTwo) {

@@ -9,7 +9,7 @@
 namespace mfsdp::testing {
 
 TrainingResult train_reference(const TrainingTask& task, const std::string& model_path, int steps,
-                               const std::string& optimizer) {
+                               const std::string& optimizer, std::optional<double> clip_grad_norm) {
   torch::jit::setGraphExecutorOptimize(false);  // as the executor runs graphs
   torch::jit::Module module = torch::jit::load(model_path);
   module.train();
@@ -40,6 +40,9 @@ TrainingResult train_reference(const TrainingTask& task, const std::string& mode
     const at::Tensor loss = task_loss(task, out, batch.targets);
     opt->zero_grad();
     loss.backward();
+    if (clip_grad_norm) {
+      result.grad_norms.push_back(torch::nn::utils::clip_grad_norm_(unique, *clip_grad_norm));
+    }
     opt->step();
     result.losses.push_back(loss.item<double>());
   }

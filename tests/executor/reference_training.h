@@ -4,6 +4,7 @@
 // mfsdp runtime code.
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,9 +23,13 @@ struct TrainingResult {
   // changes their updates by up to the learning rate; the key bias of attention is one
   // (softmax is invariant to it). Empty for SGD.
   std::map<std::string, at::Tensor> rounding_only;
+  // With clipping: the global gradient norm of each step, before clipping.
+  std::vector<double> grad_norms;
 };
 
+// `clip_grad_norm`: clip the gradients' global L2 norm to this before each step.
 TrainingResult train_reference(const TrainingTask& task, const std::string& model_path, int steps,
-                               const std::string& optimizer);
+                               const std::string& optimizer,
+                               std::optional<double> clip_grad_norm = std::nullopt);
 
 }  // namespace mfsdp::testing

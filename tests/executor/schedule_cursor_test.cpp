@@ -88,8 +88,11 @@ TEST(ScheduleCursor, AnEventThePlanDoesNotHaveAheadFails) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::kRuntime);
-    EXPECT_NE(std::string(e.what()).find("unit encoder reached pre_forward where the plan has no"),
-              std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("unit encoder reached pre_forward later than the plan has "
+                                         "it (the plan had already reached pre_forward decoder "
+                                         "(call 0))"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -12,7 +12,7 @@ namespace mfsdp::executor {
 namespace {
 
 const char kLaunchHint[] =
-    "launch with mfsdp run or torchrun, or set MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE";
+    "launch with torchrun, or set MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE";
 
 std::optional<std::string> read_variable(const char* name) {
   const char* value = std::getenv(name);

@@ -37,6 +37,8 @@ struct UnitRuntime {
   std::vector<std::vector<std::vector<ParamSlot>>> places;  // [group][param] -> registrations
   UnitState state = UnitState::kResting;
   bool bound = false;
+  bool bound_this_microbatch = false;
+  bool resident = false;  // its slot holds its gathered parameters
   std::shared_ptr<Event> gathered;
   std::vector<at::Tensor> grads;  // per group, this microbatch
   int grads_missing = 0;
@@ -81,7 +83,9 @@ struct Context::Impl : planner::UnitHooks {
   bool backward_done = true;  // its end of backward has run
   bool callback_queued = false;
   int microbatches_seen = 0;
+  int64_t live_bytes = 0;  // bytes of slot storage holding gathered units right now
   int64_t peak_bytes = 0;
+  std::exception_ptr failure;  // the first error; the context is unusable after it
   std::vector<std::string> divergences;
   planner::UnitHooks* previous_hooks = nullptr;
   std::exception_ptr pending_error;
@@ -121,15 +125,25 @@ struct Context::Impl : planner::UnitHooks {
       const std::string what = e.what();
       const Error named(e.code(), what.rfind(prefix, 0) == 0 ? what : prefix + what);
       if (!pending_error) pending_error = std::make_exception_ptr(named);
+      if (!failure) failure = pending_error;
       throw named;
     } catch (...) {
       if (!pending_error) pending_error = std::current_exception();
+      if (!failure) failure = pending_error;
       throw;
     }
   }
 
   void pre_forward(int u) override {
     remembering_errors([&] {
+      if (in_step && cursor->in_backward()) {
+        fail(ExitCode::kUsage, "unit " + name(u) +
+                                   " reached pre_forward after the plan's forward was complete: "
+                                   "either forward ran again before backward (call "
+                                   "ctx->backward(loss) after every forward; forward-only steps "
+                                   "are not supported yet) or the unit ran more often than "
+                                   "planned");
+      }
       start_microbatch_if_needed();
       UnitRuntime& unit = units[u];
       transition(unit.state, UnitState::kForward, name(u));
@@ -174,24 +188,30 @@ struct Context::Impl : planner::UnitHooks {
           break;
       }
     }
-    peak_bytes = std::max(peak_bytes, cursor->peak_bytes());
   }
 
   void issue_all_gather(int u) {
     UnitRuntime& unit = units[u];
     for (size_t g = 0; g < unit.groups.size(); ++g) {
       FlatGroup& group = unit.groups[g];
+      live_bytes += group.unsharded_bytes();
       ag_comm->all_gather(group.gather_input(), group.unsharded().data_ptr(),
                           group.shard_bytes_in_compute_dtype(),
                           "all-gather of " + name(u) + " group " + std::to_string(g));
     }
     unit.gathered = ag_stream->record();
+    unit.resident = true;
+    peak_bytes = std::max(peak_bytes, live_bytes);
   }
 
   void reshard(int u) {
     UnitRuntime& unit = units[u];
     // The slot may be reused right after: the all-gather into it must have finished.
     if (unit.gathered) unit.gathered->wait();
+    if (unit.resident) {
+      for (const auto& group : unit.groups) live_bytes -= group.unsharded_bytes();
+      unit.resident = false;
+    }
     if (unit.bound) {
       for (size_t g = 0; g < unit.groups.size(); ++g) {
         const at::Tensor empty =
@@ -206,6 +226,12 @@ struct Context::Impl : planner::UnitHooks {
 
   void bind(int u) {
     UnitRuntime& unit = units[u];
+    // A second binding would register a second gradient hook and lose one gradient; plans
+    // keep units called several times gathered between calls, so this is a bug if it fires.
+    if (unit.bound_this_microbatch) {
+      fail(ExitCode::kInternal, "unit " + name(u) + " was bound twice in one microbatch");
+    }
+    unit.bound_this_microbatch = true;
     unit.grads.assign(unit.groups.size(), at::Tensor());
     unit.grads_missing = 0;
     for (size_t g = 0; g < unit.groups.size(); ++g) {
@@ -274,6 +300,7 @@ struct Context::Impl : planner::UnitHooks {
       unit.state = UnitState::kResting;
       for (auto& group : unit.groups) group.release();
       unit.grads.clear();
+      unit.bound_this_microbatch = false;
     }
     if (microbatches_seen++ == 0) report_order(cursor->divergences());
     backward_done = true;
@@ -288,7 +315,11 @@ struct Context::Impl : planner::UnitHooks {
         "rank " + std::to_string(rank) +
         ": the first microbatch's unit order differs from the plan: " + found.front() +
         (found.size() > 1 ? " (and " + std::to_string(found.size() - 1) + " more)" : "");
-    if (options.strict_order) fail(ExitCode::kRuntime, text + "; re-plan, or drop --strict-order");
+    if (options.strict_order) {
+      fail(ExitCode::kRuntime, text +
+                                   "; re-plan with the real unit order, or allow skipped "
+                                   "calls (strict_order off)");
+    }
     std::cerr << "mfsdp: warning: " << text << "; collectives still follow the plan\n";
   }
 };
@@ -301,9 +332,12 @@ std::vector<int> range_group(int first, int count, int stride) {
   return ranks;
 }
 
-// Every rank must run the same plan on the same model: compared before the first collective.
-void check_same_plan_everywhere(Rendezvous& rendezvous, const schema::Plan& plan) {
-  const std::string mine = schema::sha256_hex(schema::dump_plan(plan));
+// Every rank must run the same plan on the same model file (weights included): compared
+// before the first collective.
+void check_same_plan_everywhere(Rendezvous& rendezvous, const schema::Plan& plan,
+                                const std::string& model_path) {
+  const std::string mine =
+      schema::sha256_hex(schema::dump_plan(plan)) + schema::sha256_file_hex(model_path);
   const std::vector<std::string> all = rendezvous.exchange("mfsdp/plan-check", mine);
   std::string differing;
   for (size_t r = 1; r < all.size(); ++r) {
@@ -341,7 +375,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   const schema::Plan& plan = impl->plan;
   if (env.world_size != plan.mesh.world_size) {
     fail(ExitCode::kUsage, plan_path + " is for " + std::to_string(plan.mesh.world_size) +
-                               " ranks but WORLD_SIZE is " + std::to_string(env.world_size) +
+                               " rank(s) but WORLD_SIZE is " + std::to_string(env.world_size) +
                                "; re-plan with --world-size " + std::to_string(env.world_size) +
                                " or launch " + std::to_string(plan.mesh.world_size) + " ranks");
   }
@@ -371,7 +405,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
 
   impl->rendezvous = std::make_unique<Rendezvous>(env, options.collective_timeout);
   impl->rank = env.rank;
-  check_same_plan_everywhere(*impl->rendezvous, plan);
+  check_same_plan_everywhere(*impl->rendezvous, plan, model_path);
 
   // Mesh: replicas are outer, shards inner: rank = replica * shard_size + shard_rank.
   const int shards = static_cast<int>(plan.mesh.shard_size);
@@ -458,7 +492,20 @@ torch::jit::Module& Context::model() {
   return impl_->module;
 }
 
+void Context::check_usable() const {
+  if (!impl_->failure) return;
+  try {
+    std::rethrow_exception(impl_->failure);
+  } catch (const Error& e) {
+    fail(e.code(), std::string("this context failed earlier and cannot continue: ") + e.what());
+  } catch (const std::exception& e) {
+    fail(ExitCode::kRuntime,
+         std::string("this context failed earlier and cannot continue: ") + e.what());
+  }
+}
+
 c10::IValue Context::forward(std::vector<c10::IValue> inputs) {
+  check_usable();
   impl_->pending_error = nullptr;
   try {
     return impl_->module.forward(std::move(inputs));
@@ -487,8 +534,14 @@ void Context::microbatch(bool is_last) {
 }
 
 void Context::backward(const at::Tensor& loss) {
-  loss.backward();
-  impl_->end_of_backward();
+  check_usable();
+  try {
+    loss.backward();
+    impl_->end_of_backward();
+  } catch (...) {
+    if (!impl_->failure) impl_->failure = std::current_exception();
+    throw;
+  }
 }
 
 std::vector<at::Tensor> Context::sharded_parameters() {
@@ -554,7 +607,6 @@ double Context::mean_over_ranks(double value) {
 
 std::map<std::string, at::Tensor> Context::full_parameters() {
   std::map<std::string, at::Tensor> out;
-  const int64_t shards = impl_->plan.mesh.shard_size;
   for (auto& unit : impl_->units) {
     for (auto& group : unit.groups) {
       at::Tensor master = group.master().detach().contiguous();
@@ -563,7 +615,6 @@ std::map<std::string, at::Tensor> Context::full_parameters() {
       impl_->ag_comm->all_gather(master.data_ptr(), full.data_ptr(), bytes,
                                  "full-parameter all-gather of " + unit.plan->name);
       impl_->ag_stream->synchronize();
-      (void)shards;
       const std::vector<at::Tensor> values = group.unflatten(full);
       for (size_t p = 0; p < values.size(); ++p) {
         const auto& layout = group.layout().params[p];

@@ -88,6 +88,9 @@ class Context {
  private:
   struct Impl;
   explicit Context(std::unique_ptr<Impl> impl);
+  // After any failure the context refuses further work with the first error, rather than
+  // continuing from a half-finished microbatch.
+  void check_usable() const;
   std::unique_ptr<Impl> impl_;
 };
 

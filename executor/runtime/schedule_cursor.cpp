@@ -104,6 +104,10 @@ std::vector<ScheduleAction> ScheduleCursor::on_event(Point point, int unit) {
   return out;
 }
 
+bool ScheduleCursor::in_backward() const {
+  return next_ < plan_.schedule.size() && plan_.schedule[next_].phase == "backward";
+}
+
 std::vector<ScheduleAction> ScheduleCursor::finish() {
   std::vector<ScheduleAction> out;
   for (size_t i = next_; i < plan_.schedule.size(); ++i) {

@@ -36,6 +36,8 @@ class ScheduleCursor {
   // entry's own. Throws Error(kRuntime) when the plan has no such entry ahead (a unit called
   // more often than planned, or out of phase).
   std::vector<ScheduleAction> on_event(Point point, int unit);
+  // Whether the next entry belongs to the backward phase (forward is complete).
+  bool in_backward() const;
   // The actions of every entry left, through end_of_backward.
   std::vector<ScheduleAction> finish();
 

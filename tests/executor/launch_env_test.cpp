@@ -79,8 +79,8 @@ TEST_F(LaunchEnvTest, WithoutLocalVariablesEveryRankIsLocal) {
 TEST_F(LaunchEnvTest, MissingWorldSizeExplainsHowToLaunch) {
   unsetenv("WORLD_SIZE");
   EXPECT_EQ(error_of_from_environment(),
-            "WORLD_SIZE is not set; launch with mfsdp run or torchrun, or set MASTER_ADDR, "
-            "MASTER_PORT, RANK, WORLD_SIZE");
+            "WORLD_SIZE is not set; launch with torchrun, or set MASTER_ADDR, MASTER_PORT, "
+            "RANK, WORLD_SIZE");
 }
 
 TEST_F(LaunchEnvTest, MissingMasterAddrIsNamed) {

@@ -18,10 +18,10 @@ struct TrainingResult {
   std::map<std::string, at::Tensor> params;  // every registered name, tied ones included
   std::vector<double> losses;                // per step, over the global batch
   // Adam-family only: elements whose gradient was zero up to rounding in every step (their
-  // second-moment estimate is nonzero but below 1e-6 of the tensor's largest). Adam divides such noise
-  // by its own magnitude, so any change of summation order, even within one process,
-  // changes their updates by up to the learning rate; the key bias of attention is one
-  // (softmax is invariant to it). Empty for SGD.
+  // second-moment estimate is nonzero but below 1e-6 of the tensor's largest). Adam divides such
+  // noise by its own magnitude, so any change of summation order, even within one process, changes
+  // their updates by up to the learning rate; the key bias of attention is one (softmax is
+  // invariant to it). Empty for SGD.
   std::map<std::string, at::Tensor> rounding_only;
   // With clipping: the global gradient norm of each step, before clipping.
   std::vector<double> grad_norms;

@@ -283,6 +283,8 @@ torch::jit::Module load_module(const std::string& path) {
   return module;
 }
 
-ModelIR load_model(const std::string& path) { return extract_model(load_module(path), path); }
+ModelIR load_model(const std::string& path) {
+  return extract_model(load_module(path), path);
+}
 
 }  // namespace mfsdp::planner

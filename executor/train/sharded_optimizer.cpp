@@ -11,18 +11,16 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<at::Tensor> 
         params, torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
   }
   if (c.kind == "adam") {
-    return std::make_unique<torch::optim::Adam>(
-        params, torch::optim::AdamOptions(c.lr)
-                    .betas({c.beta1, c.beta2})
-                    .eps(c.eps)
-                    .weight_decay(c.weight_decay));
+    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(c.lr)
+                                                            .betas({c.beta1, c.beta2})
+                                                            .eps(c.eps)
+                                                            .weight_decay(c.weight_decay));
   }
   if (c.kind == "adamw") {
-    return std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(c.lr)
-                    .betas({c.beta1, c.beta2})
-                    .eps(c.eps)
-                    .weight_decay(c.weight_decay));
+    return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(c.lr)
+                                                             .betas({c.beta1, c.beta2})
+                                                             .eps(c.eps)
+                                                             .weight_decay(c.weight_decay));
   }
   fail(ExitCode::kUsage, "unknown optimizer '" + c.kind + "'; use sgd, adam or adamw");
 }

@@ -16,7 +16,7 @@ struct OptimizerConfig {
   std::string kind = "adamw";  // sgd | adam | adamw
   double lr = 1e-3;
   double weight_decay = 0.0;
-  double momentum = 0.0;  // sgd
+  double momentum = 0.0;                          // sgd
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
 };
 

@@ -9,26 +9,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/cli/subprocess.h"
+#include "tests/cli/cli_test_support.h"
 
 namespace mfsdp::testing {
 namespace {
-
-const std::string kRepo = MFSDP_SOURCE_DIR;
-
-RunResult mfsdp(const std::vector<std::string>& args) {
-  return run_program(MFSDP_BINARY, args, kRepo);
-}
-
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "/" + name;
-}
-
-size_t lines(const std::string& text) {
-  size_t n = 0;
-  for (char c : text) n += c == '\n';
-  return n;
-}
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -7,31 +7,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/cli/subprocess.h"
+#include "tests/cli/cli_test_support.h"
 
 namespace mfsdp::testing {
 namespace {
 
-const std::string kRepo = MFSDP_SOURCE_DIR;
-
-RunResult mfsdp(const std::vector<std::string>& args) {
-  return run_program(MFSDP_BINARY, args, kRepo);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 bool exists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
-}
-
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "/" + name;
 }
 
 // 1-based line of the first byte where the texts differ.
@@ -39,12 +22,6 @@ size_t first_difference(const std::string& a, const std::string& b) {
   size_t line = 1;
   for (size_t i = 0; i < a.size() && i < b.size() && a[i] == b[i]; ++i) line += a[i] == '\n';
   return line;
-}
-
-size_t lines(const std::string& text) {
-  size_t n = 0;
-  for (char c : text) n += c == '\n';
-  return n;
 }
 
 // Each failure: the documented exit code, exactly one line on stderr naming the problem, and

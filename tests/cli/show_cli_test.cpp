@@ -6,25 +6,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/cli/subprocess.h"
+#include "tests/cli/cli_test_support.h"
 
 namespace mfsdp::testing {
 namespace {
 
 using nlohmann::json;
-
-const std::string kRepo = MFSDP_SOURCE_DIR;
-
-RunResult mfsdp(const std::vector<std::string>& args) {
-  return run_program(MFSDP_BINARY, args, kRepo);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 bool has_line(const std::string& text, const std::string& line) {
   return ("\n" + text).find("\n" + line + "\n") != std::string::npos;

@@ -8,35 +8,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/cli/subprocess.h"
+#include "tests/cli/cli_test_support.h"
 
 namespace mfsdp::testing {
 namespace {
 
 using nlohmann::json;
-
-const std::string kRepo = MFSDP_SOURCE_DIR;
-
-RunResult mfsdp(const std::vector<std::string>& args) {
-  return run_program(MFSDP_BINARY, args, kRepo);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "/" + name;
-}
-
-size_t lines(const std::string& text) {
-  size_t n = 0;
-  for (char c : text) n += c == '\n';
-  return n;
-}
 
 bool has_line(const std::string& text, const std::string& line) {
   return ("\n" + text).find("\n" + line + "\n") != std::string::npos;

@@ -14,33 +14,31 @@ namespace {
 
 using ObjectPtr = c10::intrusive_ptr<c10::ivalue::Object>;
 
-std::string dtype_name(c10::ScalarType t, const std::string& what) {
-  switch (t) {
-    case c10::ScalarType::Float:
-      return "float32";
-    case c10::ScalarType::Double:
-      return "float64";
-    case c10::ScalarType::Half:
-      return "float16";
-    case c10::ScalarType::BFloat16:
-      return "bfloat16";
-    case c10::ScalarType::Long:
-      return "int64";
-    case c10::ScalarType::Int:
-      return "int32";
-    case c10::ScalarType::Short:
-      return "int16";
-    case c10::ScalarType::Char:
-      return "int8";
-    case c10::ScalarType::Byte:
-      return "uint8";
-    case c10::ScalarType::Bool:
-      return "bool";
-    default:
-      fail(ExitCode::kModel, what + " has dtype " + c10::toString(t) +
-                                 ", which mfsdp cannot shard; convert it to a real dtype");
+const std::pair<c10::ScalarType, const char*> kDtypes[] = {
+    {c10::ScalarType::Float, "float32"}, {c10::ScalarType::Double, "float64"},
+    {c10::ScalarType::Half, "float16"},  {c10::ScalarType::BFloat16, "bfloat16"},
+    {c10::ScalarType::Long, "int64"},    {c10::ScalarType::Int, "int32"},
+    {c10::ScalarType::Short, "int16"},   {c10::ScalarType::Char, "int8"},
+    {c10::ScalarType::Byte, "uint8"},    {c10::ScalarType::Bool, "bool"}};
+
+}  // namespace
+
+c10::ScalarType scalar_type_of(const std::string& dtype) {
+  for (const auto& [type, name] : kDtypes) {
+    if (dtype == name) return type;
   }
+  fail(ExitCode::kUsage, "unknown dtype '" + dtype + "'");
 }
+
+std::string dtype_name_of(c10::ScalarType t, const std::string& what) {
+  for (const auto& [type, name] : kDtypes) {
+    if (t == type) return name;
+  }
+  fail(ExitCode::kModel, what + " has dtype " + c10::toString(t) +
+                             ", which mfsdp cannot shard; convert it to a real dtype");
+}
+
+namespace {
 
 // TorchScript renames re-scripted classes "___torch_mangle_N"; plans must not depend on that.
 std::string demangled_type(const torch::jit::Module& m) {
@@ -138,7 +136,7 @@ class Extractor {
       TensorInfo info;
       info.names.push_back(fqn);
       info.shape = t.sizes().vec();
-      info.dtype = dtype_name(t.scalar_type(), origin_ + ": " + fqn);
+      info.dtype = dtype_name_of(t.scalar_type(), origin_ + ": " + fqn);
       info.requires_grad = is_parameter && t.requires_grad();
       info.is_parameter = is_parameter;
       ir_.tensors.push_back(std::move(info));

@@ -8,6 +8,12 @@
 
 namespace mfsdp::planner {
 
+// Schema dtype names ("float32", "bfloat16", ...) and LibTorch scalar types. scalar_type_of
+// throws Error(kUsage) for an unknown name; dtype_name_of Error(kModel) for a type mfsdp cannot
+// shard (complex, quantized), naming `what`.
+c10::ScalarType scalar_type_of(const std::string& dtype);
+std::string dtype_name_of(c10::ScalarType type, const std::string& what);
+
 // torch::jit::load on the CPU with the planner's one-line errors: Error(kModel) naming the
 // file when it is missing, empty, not a TorchScript archive or truncated.
 torch::jit::Module load_module(const std::string& path);

@@ -17,6 +17,10 @@ class UnitHooks {
   // part of backward on. An exception thrown here reaches backward()'s caller unchanged; one
   // thrown from the forward hooks arrives as the TorchScript interpreter's std::runtime_error.
   virtual void pre_backward(int unit) = 0;
+  // The dtype (schema name, e.g. "bfloat16") the unit's floating tensor inputs are cast to at
+  // entry, or nullptr to leave them: a unit gathered in a lower precision computes in it, as
+  // FSDP2's MixedPrecisionPolicy does. Their gradients are cast back on the way out.
+  virtual const char* input_dtype(int /*unit*/) { return nullptr; }
 };
 
 // Installs the hooks the instrumented graphs call, process-wide (nullptr: none; the operators

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include "planner/torch_model.h"
 #include "planner/unit_hooks.h"
 
 namespace mfsdp::planner {
@@ -40,15 +41,41 @@ variable_list pass_through(variable_list grads) {
 // as grad_fn. An in-place op on such a view inside the unit is an autograd error, which is
 // better than the silent alternative: an alias whose in-place change the caller's tensor
 // would see in its data but not in its gradient.
+//
+// Under mixed precision (`cast` is a scalar type, -1 for none) floating inputs are converted
+// to the unit's compute dtype instead, and their gradients converted back.
 struct UnitEnter : torch::autograd::Function<UnitEnter> {
-  static variable_list forward(AutogradContext* ctx, int64_t, at::TensorList inputs) {
+  static variable_list forward(AutogradContext* ctx, int64_t, int64_t cast, at::TensorList inputs) {
     ctx->set_materialize_grads(false);
-    return inputs.vec();
+    if (cast < 0) return inputs.vec();
+    std::vector<int64_t> original;
+    variable_list out;
+    for (const at::Tensor& t : inputs) {
+      original.push_back(static_cast<int64_t>(t.scalar_type()));
+      const auto target = static_cast<c10::ScalarType>(cast);
+      out.push_back(t.is_floating_point() && t.scalar_type() != target ? t.to(target) : t);
+    }
+    ctx->saved_data["original"] = original;
+    return out;
   }
-  static variable_list backward(AutogradContext*, variable_list grads) {
-    return pass_through(std::move(grads));
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (ctx->saved_data.count("original")) {
+      const std::vector<int64_t> original = ctx->saved_data["original"].toIntVector();
+      for (size_t i = 0; i < grads.size(); ++i) {
+        const auto type = static_cast<c10::ScalarType>(original[i]);
+        if (grads[i].defined() && grads[i].scalar_type() != type) grads[i] = grads[i].to(type);
+      }
+    }
+    variable_list out = pass_through(std::move(grads));
+    out.insert(out.begin() + 1, at::Tensor());  // no gradient for `cast` either
+    return out;
   }
 };
+
+int64_t input_cast(UnitHooks* hooks, int64_t unit) {
+  const char* dtype = hooks->input_dtype(static_cast<int>(unit));
+  return dtype ? static_cast<int64_t>(scalar_type_of(dtype)) : -1;
+}
 
 // The caller gets new tensors on the same storage and version counter but with no autograd
 // view link, so in-place ops on a unit's outputs (`x = block(x); x.relu_()`) behave as they
@@ -80,7 +107,7 @@ std::vector<at::Tensor> unit_enter_autograd(int64_t unit, at::TensorList inputs)
   UnitHooks* hooks = hooks_for(unit);
   if (!hooks) return inputs.vec();
   hooks->pre_forward(static_cast<int>(unit));
-  return UnitEnter::apply(unit, inputs);
+  return UnitEnter::apply(unit, input_cast(hooks, unit), inputs);
 }
 
 std::vector<at::Tensor> unit_exit_autograd(int64_t unit, at::TensorList outputs) {
@@ -94,8 +121,16 @@ std::vector<at::Tensor> unit_exit_autograd(int64_t unit, at::TensorList outputs)
 // Below autograd: an empty list (no tensor to dispatch on) or inference mode. Nothing can
 // flow backward, so the tensors pass as they are.
 std::vector<at::Tensor> unit_enter_plain(int64_t unit, at::TensorList inputs) {
-  if (UnitHooks* hooks = hooks_for(unit)) hooks->pre_forward(static_cast<int>(unit));
-  return inputs.vec();
+  UnitHooks* hooks = hooks_for(unit);
+  if (!hooks) return inputs.vec();
+  hooks->pre_forward(static_cast<int>(unit));
+  const int64_t cast = input_cast(hooks, unit);
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : inputs) {
+    out.push_back(cast >= 0 && t.is_floating_point() ? t.to(static_cast<c10::ScalarType>(cast))
+                                                     : t);
+  }
+  return out;
 }
 
 std::vector<at::Tensor> unit_exit_plain(int64_t unit, at::TensorList outputs) {

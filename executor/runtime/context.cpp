@@ -152,6 +152,11 @@ struct Context::Impl : planner::UnitHooks {
     });
   }
 
+  // Mixed precision: a unit gathered in the plan's param dtype computes in it.
+  const char* input_dtype(int) override {
+    return plan.policy.param_dtype ? plan.policy.param_dtype->c_str() : nullptr;
+  }
+
   void post_forward(int u) override {
     remembering_errors([&] {
       transition(units[u].state, UnitState::kResting, name(u));
@@ -378,13 +383,6 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
                                " rank(s) but WORLD_SIZE is " + std::to_string(env.world_size) +
                                "; re-plan with --world-size " + std::to_string(env.world_size) +
                                " or launch " + std::to_string(plan.mesh.world_size) + " ranks");
-  }
-  if (plan.policy.param_dtype) {
-    // Gathering in another dtype also needs each unit's inputs cast at entry, which the
-    // instrumentation does not do yet; refusing beats failing inside the first matmul.
-    fail(ExitCode::kUsage, plan_path + ": param dtype " + *plan.policy.param_dtype +
-                               " (mixed precision) is not supported by the executor yet; plan "
-                               "without --param-dtype");
   }
   if (plan.policy.reduce_dtype != "float32") {
     fail(ExitCode::kUsage, plan_path + ": reduce dtype " + plan.policy.reduce_dtype +

@@ -1,28 +1,17 @@
 #include "executor/runtime/flat_group.h"
 
+#include "planner/torch_model.h"
 #include "schema/error.h"
 #include "schema/plan_rules.h"
 
 namespace mfsdp::executor {
 
-c10::ScalarType scalar_type(const std::string& dtype) {
-  static const std::pair<const char*, c10::ScalarType> table[] = {
-      {"float32", at::kFloat},     {"float64", at::kDouble}, {"float16", at::kHalf},
-      {"bfloat16", at::kBFloat16}, {"int64", at::kLong},     {"int32", at::kInt},
-      {"int16", at::kShort},       {"int8", at::kChar},      {"uint8", at::kByte},
-      {"bool", at::kBool}};
-  for (const auto& [name, type] : table) {
-    if (dtype == name) return type;
-  }
-  fail(ExitCode::kUsage, "unknown dtype '" + dtype + "' in the plan");
-}
-
 FlatGroup::FlatGroup(const schema::Group& group, const schema::Policy& policy, int64_t shard_rank,
                      void* unsharded)
     : group_(&group),
-      storage_(scalar_type(group.dtype)),
-      compute_(scalar_type(schema::compute_dtype(policy, group.dtype))),
-      reduce_(scalar_type(policy.reduce_dtype)),
+      storage_(planner::scalar_type_of(group.dtype)),
+      compute_(planner::scalar_type_of(schema::compute_dtype(policy, group.dtype))),
+      reduce_(planner::scalar_type_of(policy.reduce_dtype)),
       shard_rank_(shard_rank),
       unsharded_(unsharded) {
   master_ = torch::zeros({group.shard_numel}, at::TensorOptions().dtype(storage_));

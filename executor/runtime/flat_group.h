@@ -60,6 +60,4 @@ class FlatGroup {
   at::Tensor leaf_;
 };
 
-c10::ScalarType scalar_type(const std::string& dtype);
-
 }  // namespace mfsdp::executor

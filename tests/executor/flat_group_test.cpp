@@ -7,6 +7,7 @@
 
 #include "executor/runtime/flat_group.h"
 #include "planner/sharding_scope.h"
+#include "planner/torch_model.h"
 #include "tests/planner/ir_builder.h"
 
 namespace mfsdp::executor {
@@ -36,7 +37,7 @@ std::vector<at::Tensor> full_values(const schema::Group& group, int64_t seed) {
   std::vector<at::Tensor> values;
   for (const auto& p : group.params) {
     const at::Tensor v = (torch::arange(1, p.numel + 1, torch::kDouble) + 16 * seed) / 4;
-    values.push_back(v.view(p.shape).to(scalar_type(group.dtype)));
+    values.push_back(v.view(p.shape).to(planner::scalar_type_of(group.dtype)));
   }
   return values;
 }
@@ -61,7 +62,7 @@ TEST_P(FlatGroupLayout, LoadThenGatherThenUnflattenGivesBackTheParameters) {
       group.load(values);
       EXPECT_EQ(group.trainable(), layout.requires_grad);
       EXPECT_EQ(group.master().requires_grad(), layout.requires_grad);
-      EXPECT_EQ(group.master().scalar_type(), scalar_type(layout.dtype));
+      EXPECT_EQ(group.master().scalar_type(), planner::scalar_type_of(layout.dtype));
       EXPECT_EQ(group.master().numel(), layout.shard_numel);
       if (group.trainable()) {
         EXPECT_EQ(group.main_grad().numel(), layout.shard_numel);

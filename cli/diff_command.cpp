@@ -185,8 +185,8 @@ void add_diff_command(CLI::App& app) {
                   "policy.forward_prefetch (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--include", flags->include,
-                  "Compare a field ignored by default (generator, model.path, model.sha256) "
-                  "(repeatable)")
+                  "Compare a field ignored by default (generator, model.path, model.sha256, "
+                  "trace.times) (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--fail-on", flags->fail_on,
                   "Exit 1 only when this threshold trips, e.g. memory-increase=5% or "

@@ -438,12 +438,13 @@ std::vector<Section> sections(const Style& style, const PlanDiff& diff) {
 
   Section& diagnostics = section("Diagnostics");
   add_diagnostics(style, diff, diagnostics);
+  fields_under({"trace."}, section("Trace"), true);
 
   Section& other = section("Other");
   for (const auto& change : diff.fields) {
-    static const char* known[] = {"generator",     "model.",         "mesh.",
-                                  "policy.",       "streams",        "roots",
-                                  "forward_order", "backward_order", "memory."};
+    static const char* known[] = {"generator", "model.", "mesh.",         "policy.",
+                                  "streams",   "roots",  "forward_order", "backward_order",
+                                  "memory.",   "trace."};
     if (std::none_of(std::begin(known), std::end(known),
                      [&](const char* p) { return change.field.rfind(p, 0) == 0; })) {
       other.lines.push_back(field_line(style, change, false));
@@ -473,6 +474,7 @@ std::string summary(const Style& style, const PlanDiff& diff) {
   if (count_fields("model.")) parts.push_back("model changed");
   if (count_fields("mesh.")) parts.push_back("mesh changed");
   if (count_fields("policy.")) parts.push_back("policy changed");
+  if (count_fields("trace.")) parts.push_back("trace changed");
   int64_t layout = 0, attributes = 0;
   for (const auto& update : diff.updates) {
     layout += !update.layout.empty();

@@ -10,6 +10,7 @@
 #include "cli/byte_size.h"
 #include "planner/scope_file.h"
 #include "planner/sharding_scope.h"
+#include "planner/trace_input.h"
 #include "schema/error.h"
 #include "schema/plan.h"
 #include "schema/plan_json.h"
@@ -35,6 +36,7 @@ struct PlanFlags {
   std::string resident_budget;
   bool unified_stream = false;
   int64_t align_bytes = 16;
+  std::vector<std::string> trace_inputs;
   bool quiet = false;
   bool json_summary = false;
 };
@@ -54,9 +56,13 @@ Examples:
   # A long scope kept in a file (format: docs/cli.md):
   mfsdp plan gpt.pt --scope scope.json
 
+  # Settle branches and loops by running one step on a 2x64 batch of token ids (and time it):
+  mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --trace-input 2x64:int64
+
 Selectors: '*' matches one path segment, '**' any number; '<root>' (or '') is the model.
 Units register in flag order, then definition order within a glob (layers.9 before layers.10).
-Exit codes: 0 ok, 2 bad flags, 3 model cannot be loaded, 4 scope cannot be planned, 5 cannot write.
+Exit codes: 0 ok, 2 bad flags, 3 model cannot be loaded (or the traced step fails), 4 scope cannot
+be planned, 5 cannot write.
 )";
 
 std::string default_output(const std::string& model) {
@@ -101,6 +107,13 @@ void print_summary(const schema::Plan& plan, const std::string& output) {
   err << "  units        " << plan.units.size() << " (roots: " << join(plan.roots, ", ") << ")\n";
   err << "  forward      " << join(plan.forward_order, " > ") << "\n";
   err << "  backward     " << join(plan.backward_order, " > ") << "\n";
+  if (plan.trace) {
+    const auto& differs = plan.trace->differs_from_static;
+    err << "  trace        " << join(plan.trace->inputs, ", ") << " ("
+        << (differs.empty() ? "same calls and orders as the static estimate"
+                            : "differs from the static estimate in " + join(differs, ", "))
+        << ")\n";
+  }
   err << "  per rank     params " << format_bytes(plan.memory.sharded_param_bytes) << ", grads "
       << format_bytes(plan.memory.sharded_grad_bytes) << " (sharded)\n";
   err << "  peak         " << format_bytes(plan.memory.peak_unsharded_bytes) << " unsharded at "
@@ -139,6 +152,10 @@ void print_json_summary(const schema::Plan& plan, const std::string& output) {
   nlohmann::ordered_json counts = {{"info", 0}, {"warning", 0}, {"error", 0}};
   for (const auto& d : plan.diagnostics) counts[d.severity] = counts[d.severity].get<int>() + 1;
   s["diagnostics"] = counts;
+  if (plan.trace) {
+    s["trace"] = {{"inputs", plan.trace->inputs},
+                  {"differs_from_static", plan.trace->differs_from_static}};
+  }
   std::cout << s.dump(2) << "\n";
 }
 
@@ -221,6 +238,10 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   if (cmd.count("--align")) policy.align_bytes = flags.align_bytes;
 
   check_policy_flags(policy);
+  std::vector<planner::TraceInput> trace_inputs;
+  for (const std::string& spec : flags.trace_inputs) {
+    trace_inputs.push_back(planner::parse_trace_input(spec));
+  }
   planner::ShardedModel model = planner::ShardedModel::load(flags.model);
   std::vector<int> modules;
   if (flags.auto_units) {
@@ -231,6 +252,11 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   }
   planner::ShardingScope scope(model, mesh, policy);
   for (int m : modules) scope.fully_shard(model.ir().modules[m].path);
+  if (!trace_inputs.empty()) {
+    std::vector<std::string> unit_paths;
+    for (int m : modules) unit_paths.push_back(model.ir().modules[m].path);
+    scope.use_trace(planner::trace_units(flags.model, unit_paths, trace_inputs));
+  }
   const schema::Plan plan = scope.finalize();
   for (const auto& d : plan.diagnostics) {
     // A plan from the command line is run as the whole model: every parameter needs a unit.
@@ -290,6 +316,11 @@ void add_plan_command(CLI::App& app) {
                 "reduce-scatter streams (default: separate)");
   cmd->add_option("--align", flags->align_bytes,
                   "Align parameter offsets and shard boundaries to this many bytes (default 16)");
+  cmd->add_option("--trace-input", flags->trace_inputs,
+                  "Run one forward/backward on a tensor of this SHAPE[:DTYPE] (e.g. 2x64:int64; "
+                  "one per forward argument, in order) and plan the unit calls and orders it "
+                  "observes; records per-unit times")
+      ->allow_extra_args(false);
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing on success");
   cmd->add_flag("--json-summary", flags->json_summary,
                 "Print the summary as JSON on stdout instead of text on stderr");

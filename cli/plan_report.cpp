@@ -1,6 +1,7 @@
 #include "cli/plan_report.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -228,6 +229,37 @@ void write_diagnostics(std::ostream& out, const schema::Plan& plan) {
   }
 }
 
+std::string milliseconds_text(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f ms", ms);
+  return text;
+}
+
+// Only plans made with --trace-input have this section.
+void write_trace(std::ostream& out, const schema::Plan& plan) {
+  if (!plan.trace) return;
+  const schema::Trace& trace = *plan.trace;
+  out << "\n"
+      << pad("trace", kLabelWidth) << "inputs " << join(trace.inputs, ", ") << "; "
+      << (trace.differs_from_static.empty()
+              ? "same calls and orders as the static estimate"
+              : "differs from the static estimate in " + join(trace.differs_from_static, ", "))
+      << "\n";
+  size_t unit_width = 4, forward_width = 7, backward_width = 8;
+  for (const auto& time : trace.times) {
+    unit_width = std::max(unit_width, time.unit.size());
+    forward_width = std::max(forward_width, milliseconds_text(time.forward_ms).size());
+    backward_width = std::max(backward_width, milliseconds_text(time.backward_ms).size());
+  }
+  out << "  " << pad("unit", unit_width) << "  " << pad_left("forward", forward_width) << "  "
+      << pad_left("backward", backward_width) << "\n";
+  for (const auto& time : trace.times) {
+    out << "  " << pad(time.unit, unit_width) << "  "
+        << pad_left(milliseconds_text(time.forward_ms), forward_width) << "  "
+        << pad_left(milliseconds_text(time.backward_ms), backward_width) << "\n";
+  }
+}
+
 // Text inside a DOT quoted string: '"' and '\\' escaped, line breaks flattened.
 std::string dot_escaped(const std::string& text) {
   std::string out;
@@ -280,6 +312,7 @@ std::string render_plan_text(const schema::Plan& plan, const std::string& file) 
   write_schedule(out, plan);
   write_memory_and_communication(out, plan);
   write_diagnostics(out, plan);
+  write_trace(out, plan);
   return out.str();
 }
 
@@ -334,6 +367,7 @@ ordered_json plan_report_json(const schema::Plan& plan, const std::string& file)
   }
   diagnostics["items"] = whole["diagnostics"];
   report["diagnostics"] = diagnostics;
+  if (plan.trace) report["trace"] = whole["trace"];
   return report;
 }
 

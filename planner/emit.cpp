@@ -80,6 +80,7 @@ schema::Plan emit_plan(const PlanIR& ir) {
     }
   }
   plan.diagnostics = ir.diagnostics;
+  plan.trace = ir.trace;
   return plan;
 }
 

@@ -15,7 +15,9 @@ void link_units(PlanIR& ir);
 void assign_ownership(PlanIR& ir);
 // Per unit: (dtype, requires_grad) groups with aligned offsets, padding and shard sizes.
 void lay_out_groups(PlanIR& ir);
-// The unit call trace, call counts, flags and the forward/backward orders (diagnosed).
+// The unit call trace, call counts, flags and the forward/backward orders (diagnosed). With a
+// traced run, the trace, counts and orders are the traced ones, diagnosed where they differ
+// from or contradict the static call graph, and the plan's trace section is filled in.
 void derive_orders(PlanIR& ir);
 // The per-microbatch schedule of all-gathers, waits, reshards and reduce-scatters, and the
 // live unsharded bytes at each point; enforces the resident budget.

@@ -2,10 +2,12 @@
 // The planner's working representation: the model, the units a scope registered, and what each
 // pass adds. Passes (planner/passes.h) fill it in order; emit turns it into a schema::Plan.
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "planner/model_ir.h"
+#include "planner/trace_input.h"
 #include "schema/plan.h"
 
 namespace mfsdp::planner {
@@ -47,6 +49,8 @@ struct PlanIR {
   std::vector<schema::ScheduleEntry> schedule;
   schema::Memory memory;
   std::vector<schema::Diagnostic> diagnostics;
+  std::optional<TracedRun> traced_run;  // units are indices into `units`; set by the scope
+  std::optional<schema::Trace> trace;   // the plan's trace section; set by derive_orders
 
   int unit_of_module(int module) const;  // -1 when the module is not a unit
   void diagnose(std::string severity, std::string code, std::string message, std::string where);

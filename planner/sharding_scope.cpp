@@ -125,6 +125,13 @@ void ShardingScope::fully_shard(const std::string& path) {
   units_.push_back(module);
 }
 
+void ShardingScope::use_trace(TracedRun run) {
+  if (finalized_) {
+    fail(ExitCode::kPlanning, "use_trace() after the scope was finalized; give the trace first");
+  }
+  trace_ = std::move(run);
+}
+
 schema::Plan ShardingScope::finalize() {
   if (finalized_) {
     fail(ExitCode::kPlanning, "finalize() called twice; a scope is finalized exactly once");
@@ -139,11 +146,19 @@ schema::Plan ShardingScope::finalize() {
   ir.model_info = model_.info();
   ir.mesh = mesh_;
   ir.policy = policy_;
+  std::vector<std::string> paths;
   for (int m : units_) {
     UnitIR unit;
     unit.module = m;
     ir.units.push_back(unit);
+    paths.push_back(model_.ir_.modules[m].path);
   }
+  if (trace_ && trace_->units != paths) {
+    fail(ExitCode::kPlanning,
+         "the trace was recorded for other units than the scope registered, or in another "
+         "order; trace the registered units, in registration order");
+  }
+  ir.traced_run = trace_;
   link_units(ir);
   assign_ownership(ir);
   lay_out_groups(ir);

@@ -11,7 +11,10 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "planner/sharded_model.h"
+#include "planner/trace_input.h"
 #include "schema/plan.h"
 
 namespace mfsdp::planner {
@@ -29,6 +32,10 @@ class ShardingScope {
   // after finalize, for an unknown path, a module that already is a unit, or one that contains
   // or sits inside a unit of another scope.
   void fully_shard(const std::string& path);
+  // Plans with the unit order and calls a traced step observed (planner/trace_input.h)
+  // instead of the static call graph alone. `run.units` must be the registered units' module
+  // paths in registration order, as finalize() checks. Throws Error(kPlanning) after finalize.
+  void use_trace(TracedRun run);
   // Runs the planner passes and closes the scope. Throws Error(kPlanning) on a second call,
   // when no unit was registered, or when the units cannot be planned.
   schema::Plan finalize();
@@ -45,6 +52,7 @@ class ShardingScope {
   schema::Policy policy_;
   int id_ = 0;
   std::vector<int> units_;  // module indices, registration order
+  std::optional<TracedRun> trace_;
   bool finalized_ = false;
 };
 

@@ -1,7 +1,11 @@
 // derive_orders: unit forward/backward orders from the call trace, not from definition order.
+// With a traced run (mfsdp plan --trace-input), the calls the traced step made replace the
+// static estimate, and every place where the two disagree is diagnosed.
 #include <algorithm>
+#include <cmath>
 
 #include "planner/passes.h"
+#include "schema/error.h"
 
 namespace mfsdp::planner {
 namespace {
@@ -26,47 +30,149 @@ std::vector<bool> moved_units(const std::vector<int>& definition_rank) {
   return moved;
 }
 
-}  // namespace
+// Unit calls in execution order, numbered per unit, and how many calls each unit has.
+struct UnitCalls {
+  std::vector<UnitCall> trace;
+  std::vector<int64_t> count;
+};
 
-void derive_orders(PlanIR& ir) {
-  const ModelIR& model = *ir.model;
-  ir.unit_trace.clear();
+// From the static call trace; also sets the units' conditional and repeated flags.
+UnitCalls static_calls(PlanIR& ir) {
+  UnitCalls calls;
+  calls.count.assign(ir.units.size(), 0);
   std::vector<std::vector<int64_t>> open(ir.units.size());
-  for (auto& unit : ir.units) unit.call_count = 0;
-  for (const CallEvent& e : model.trace) {
+  for (const CallEvent& e : ir.model->trace) {
     if (e.kind == CallEvent::Kind::kRead) continue;
     const int u = ir.unit_of_module(e.module);
     if (u == -1) continue;
-    UnitIR& unit = ir.units[u];
     if (e.kind == CallEvent::Kind::kEnter) {
-      open[u].push_back(unit.call_count);
-      ir.unit_trace.push_back({true, u, unit.call_count++});
-      unit.conditional = unit.conditional || e.under_if;
-      unit.repeated = unit.repeated || e.under_loop;
+      open[u].push_back(calls.count[u]);
+      calls.trace.push_back({true, u, calls.count[u]++});
+      ir.units[u].conditional = ir.units[u].conditional || e.under_if;
+      ir.units[u].repeated = ir.units[u].repeated || e.under_loop;
     } else {
-      ir.unit_trace.push_back({false, u, open[u].back()});
+      calls.trace.push_back({false, u, open[u].back()});
       open[u].pop_back();
     }
   }
+  return calls;
+}
 
-  ir.forward_order.clear();
-  for (const UnitCall& c : ir.unit_trace) {
-    if (c.enter && c.call == 0) ir.forward_order.push_back(c.unit);
+[[noreturn]] void malformed(const std::string& what) {
+  fail(ExitCode::kInternal, "the traced run is malformed: " + what + "; this is a bug in mfsdp");
+}
+
+// From the traced step's hooks, which nest like the calls they report.
+UnitCalls traced_calls(const PlanIR& ir, const TracedRun& run) {
+  const size_t n = ir.units.size();
+  if (run.units.size() != n || run.forward_ms.size() != n || run.backward_ms.size() != n) {
+    malformed("it has times for " + std::to_string(run.forward_ms.size()) + " unit(s), not " +
+              std::to_string(n));
   }
-  ir.backward_order.clear();
-  for (auto c = ir.unit_trace.rbegin(); c != ir.unit_trace.rend(); ++c) {
-    if (!c->enter && c->call == ir.units[c->unit].call_count - 1) {
-      ir.backward_order.push_back(c->unit);
+  const auto check_unit = [&](int u) {
+    if (u < 0 || static_cast<size_t>(u) >= n)
+      malformed("unit " + std::to_string(u) + " is no unit");
+  };
+  UnitCalls calls;
+  calls.count.assign(n, 0);
+  std::vector<UnitCall> open;
+  for (const TracedEvent& e : run.forward) {
+    check_unit(e.unit);
+    if (e.enter) {
+      open.push_back({true, e.unit, calls.count[e.unit]++});
+      calls.trace.push_back(open.back());
+    } else {
+      if (open.empty() || open.back().unit != e.unit) {
+        malformed("post_forward of " + ir.units[e.unit].name + " closes no innermost open call");
+      }
+      calls.trace.push_back({false, e.unit, open.back().call});
+      open.pop_back();
     }
   }
+  if (!open.empty()) malformed(ir.units[open.back().unit].name + " has no post_forward");
+  for (int u : run.backward) check_unit(u);
+  return calls;
+}
 
-  for (const UnitIR& unit : ir.units) {
-    if (unit.call_count == 0) {
+std::vector<int> first_entries(const std::vector<UnitCall>& trace) {
+  std::vector<int> order;
+  for (const UnitCall& c : trace) {
+    if (c.enter && c.call == 0) order.push_back(c.unit);
+  }
+  return order;
+}
+
+// Backward roughly reverses forward, so a unit is needed first after its last call ends.
+std::vector<int> reversed_last_exits(const UnitCalls& calls) {
+  std::vector<int> order;
+  for (auto c = calls.trace.rbegin(); c != calls.trace.rend(); ++c) {
+    if (!c->enter && c->call == calls.count[c->unit] - 1) order.push_back(c->unit);
+  }
+  return order;
+}
+
+// Units in order of their first pre_backward; the units whose outputs got no gradient follow,
+// in the static rule's order.
+std::vector<int> traced_backward_order(const TracedRun& run, const UnitCalls& calls) {
+  std::vector<int> order;
+  std::vector<bool> listed(calls.count.size(), false);
+  for (int u : run.backward) {
+    if (!listed[u]) order.push_back(u);
+    listed[u] = true;
+  }
+  for (int u : reversed_last_exits(calls)) {
+    if (!listed[u]) order.push_back(u);
+  }
+  return order;
+}
+
+std::string times(int64_t n) {
+  return std::to_string(n) + (n == 1 ? " time" : " times");
+}
+
+// The per-unit findings, units in registration order and each unit's codes in the order of
+// docs/plan-format.md#diagnostics. `static_count` is null without a trace.
+void diagnose_units(PlanIR& ir, const std::vector<int64_t>* static_count) {
+  const TracedRun* run = ir.traced_run ? &*ir.traced_run : nullptr;
+  for (size_t u = 0; u < ir.units.size(); ++u) {
+    const UnitIR& unit = ir.units[u];
+    const int64_t calls = unit.call_count;
+    const int64_t sites = static_count ? (*static_count)[u] : calls;
+    const bool settled_by_trace = unit.conditional || unit.repeated;
+    if (calls == 0 && sites == 0) {
       ir.diagnose("warning", "unit.never_called",
                   "unit " + unit.name +
                       " is not called by forward: it is never gathered and its "
                       "parameters get no gradients; remove it from the scope if that is unintended",
                   unit.name);
+    }
+    if (run && calls == 0 && sites > 0 && settled_by_trace) {
+      ir.diagnose("warning", "trace.not_called",
+                  "unit " + unit.name + " has " + std::to_string(sites) +
+                      " call site(s) under data-dependent control flow but did not run in the "
+                      "traced step; the plan leaves it out of the orders and the schedule, so a "
+                      "step that calls it fails in the executor; trace with inputs that take that "
+                      "path, or plan without --trace-input",
+                  unit.name);
+    }
+    if (run && calls != sites) {
+      std::string why;
+      if (sites == 0) {
+        why =
+            "the static call graph never reaches it (it is called in a way mfsdp cannot "
+            "follow statically)";
+      } else if (calls > sites && !unit.repeated) {
+        why = "it has " + std::to_string(sites) + " static call site(s), none in a loop";
+      } else if (calls < sites && !settled_by_trace) {
+        why = "it has " + std::to_string(sites) +
+              " static call site(s), none under data-dependent control flow";
+      }
+      if (!why.empty()) {
+        ir.diagnose("warning", "trace.contradicts_static",
+                    "unit " + unit.name + " ran " + times(calls) + " in the traced step, but " +
+                        why + "; the plan follows the trace",
+                    unit.name);
+      }
     }
     if (unit.params.empty()) {
       ir.diagnose("info", "unit.empty",
@@ -75,9 +181,9 @@ void derive_orders(PlanIR& ir) {
                       "issues no collectives",
                   unit.name);
     }
-    if (unit.call_count > 1) {
+    if (calls > 1) {
       ir.diagnose("info", "unit.called_multiple_times",
-                  "unit " + unit.name + " is called " + std::to_string(unit.call_count) +
+                  "unit " + unit.name + " is called " + std::to_string(calls) +
                       " times in forward; it stays gathered from its first call to its last, "
                       "and its gradients are reduced once, after its last backward",
                   unit.name);
@@ -85,20 +191,33 @@ void derive_orders(PlanIR& ir) {
     if (unit.conditional) {
       ir.diagnose("warning", "unit.conditional",
                   "unit " + unit.name +
-                      " is called under data-dependent control flow "
-                      "(prim::If); the schedule assumes every branch runs, and the executor "
-                      "reports where a step diverges from it",
+                      " is called under data-dependent control flow (prim::If); " +
+                      (run ? "the plan follows the path the traced step took (" + times(calls) +
+                                 "), and the executor reports where a step diverges from it"
+                           : "the schedule assumes every branch runs, and the executor reports "
+                             "where a step diverges from it"),
                   unit.name);
     }
     if (unit.repeated) {
       ir.diagnose("warning", "unit.in_loop",
+                  "unit " + unit.name + " is called inside a prim::Loop; " +
+                      (run ? "the plan counts the " + times(calls) + " the traced step called it"
+                           : "the plan counts one call per call site") +
+                      ", and the executor reports where a step diverges from it",
+                  unit.name);
+    }
+    if (run && calls > 0 &&
+        std::find(run->backward.begin(), run->backward.end(), u) == run->backward.end()) {
+      ir.diagnose("info", "trace.no_backward",
                   "unit " + unit.name +
-                      " is called inside a prim::Loop; the plan counts one "
-                      "call per call site, and the executor reports where a step diverges from it",
+                      " ran in the traced forward, but no gradient reached its outputs in the "
+                      "traced backward; it is placed at the end of backward_order",
                   unit.name);
     }
   }
+}
 
+void diagnose_definition_order(PlanIR& ir) {
   // Definition order is what named_modules() gives: module preorder.
   std::vector<int> by_definition = ir.forward_order;
   std::sort(by_definition.begin(), by_definition.end(),
@@ -120,6 +239,107 @@ void derive_orders(PlanIR& ir) {
                     "wrong time",
                 name);
   }
+}
+
+// Units whose calls are all unconditional, outside loops, and made as often as the static graph
+// says run in one fixed order; a trace that runs them in another contradicts the graph.
+void diagnose_order_contradictions(PlanIR& ir, const std::vector<int>& static_forward,
+                                   const std::vector<int64_t>& static_count) {
+  std::vector<int> static_position(ir.units.size(), -1);
+  for (size_t i = 0; i < static_forward.size(); ++i) static_position[static_forward[i]] = i;
+  const auto fixed = [&](int u) {
+    const UnitIR& unit = ir.units[u];
+    return static_count[u] > 0 && unit.call_count == static_count[u] && !unit.conditional &&
+           !unit.repeated;
+  };
+  std::vector<size_t> traced_position;
+  std::vector<int> rank;
+  for (size_t i = 0; i < ir.forward_order.size(); ++i) {
+    if (!fixed(ir.forward_order[i])) continue;
+    traced_position.push_back(i);
+    rank.push_back(static_position[ir.forward_order[i]]);
+  }
+  const std::vector<bool> moved = moved_units(rank);
+  for (size_t k = 0; k < rank.size(); ++k) {
+    if (!moved[k]) continue;
+    const std::string& name = ir.units[ir.forward_order[traced_position[k]]].name;
+    ir.diagnose("warning", "trace.contradicts_static",
+                "unit " + name + " runs at forward position " +
+                    std::to_string(traced_position[k] + 1) +
+                    " in the traced step, but the static call graph, where its calls are "
+                    "unconditional, places it at position " +
+                    std::to_string(rank[k] + 1) + "; the plan follows the trace",
+                name);
+  }
+}
+
+// The schedule's backward entries reverse the forward calls; the traced backward may reach the
+// units in another order (parallel branches), which only the trace can tell.
+void diagnose_backward(PlanIR& ir, const TracedRun& run) {
+  std::vector<bool> reached(ir.units.size(), false);
+  for (int u : run.backward) reached[u] = true;
+  std::vector<int> expected;
+  for (auto c = ir.unit_trace.rbegin(); c != ir.unit_trace.rend(); ++c) {
+    if (!c->enter && reached[c->unit]) expected.push_back(c->unit);
+  }
+  for (size_t i = 0; i < run.backward.size() && i < expected.size(); ++i) {
+    if (run.backward[i] == expected[i]) continue;
+    const std::string& name = ir.units[run.backward[i]].name;
+    ir.diagnose("info", "trace.backward_differs",
+                "the traced backward reached unit " + name + " at pre_backward " +
+                    std::to_string(i + 1) + " of " + std::to_string(run.backward.size()) +
+                    ", where the schedule, which reverses the forward calls, expects unit " +
+                    ir.units[expected[i]].name +
+                    "; backward_order and its prefetches follow the trace, and the executor "
+                    "reports the difference on the first step",
+                name);
+    return;
+  }
+}
+
+double rounded_ms(double ms) {
+  return std::max(0.0, std::round(ms * 100.0) / 100.0);
+}
+
+schema::Trace trace_section(const PlanIR& ir, const std::vector<int64_t>& static_count,
+                            const std::vector<int>& static_forward,
+                            const std::vector<int>& static_backward) {
+  const TracedRun& run = *ir.traced_run;
+  schema::Trace trace;
+  trace.inputs = run.inputs;
+  std::vector<int64_t> count;
+  for (const UnitIR& unit : ir.units) count.push_back(unit.call_count);
+  if (count != static_count) trace.differs_from_static.push_back("units.call_count");
+  if (ir.forward_order != static_forward) trace.differs_from_static.push_back("forward_order");
+  if (ir.backward_order != static_backward) trace.differs_from_static.push_back("backward_order");
+  for (int u : ir.forward_order) {
+    trace.times.push_back(
+        {ir.units[u].name, rounded_ms(run.forward_ms[u]), rounded_ms(run.backward_ms[u])});
+  }
+  return trace;
+}
+
+}  // namespace
+
+void derive_orders(PlanIR& ir) {
+  const UnitCalls static_result = static_calls(ir);
+  const std::vector<int> static_forward = first_entries(static_result.trace);
+  const std::vector<int> static_backward = reversed_last_exits(static_result);
+
+  UnitCalls used = static_result;
+  if (ir.traced_run) used = traced_calls(ir, *ir.traced_run);
+  ir.unit_trace = used.trace;
+  for (size_t u = 0; u < ir.units.size(); ++u) ir.units[u].call_count = used.count[u];
+  ir.forward_order = first_entries(used.trace);
+  ir.backward_order =
+      ir.traced_run ? traced_backward_order(*ir.traced_run, used) : reversed_last_exits(used);
+
+  diagnose_units(ir, ir.traced_run ? &static_result.count : nullptr);
+  diagnose_definition_order(ir);
+  if (!ir.traced_run) return;
+  diagnose_order_contradictions(ir, static_forward, static_result.count);
+  diagnose_backward(ir, *ir.traced_run);
+  ir.trace = trace_section(ir, static_result.count, static_forward, static_backward);
 }
 
 }  // namespace mfsdp::planner

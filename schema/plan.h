@@ -82,7 +82,7 @@ struct Unit {
   std::string type;                   // TorchScript qualified class name
   std::optional<std::string> parent;  // nearest enclosing unit
   bool root = false;
-  int64_t call_count = 0;           // static call sites reached from forward
+  int64_t call_count = 0;           // static call sites reached from forward (traced: calls made)
   bool conditional = false;         // a call sits under prim::If
   bool repeated = false;            // a call sits under prim::Loop
   bool kept_after_forward = false;  // not resharded after forward (first needed in backward)
@@ -138,6 +138,23 @@ struct Diagnostic {
   std::string where;  // unit, module or parameter name
 };
 
+// Wall time of one unit in the traced step, in milliseconds rounded to 0.01.
+struct UnitTime {
+  std::string unit;
+  double forward_ms = 0;   // Σ over its calls: pre_forward to post_forward (nested units included)
+  double backward_ms = 0;  // Σ over its calls: its pre_backward to the next unit's, or to the end
+};
+
+// What `mfsdp plan --trace-input` observed. Plans made without it have none, and their bytes are
+// unchanged by this section's existence.
+struct Trace {
+  std::vector<std::string> inputs;  // the --trace-input specs as given, e.g. "2x64:int64"
+  // Which of "units.call_count", "forward_order", "backward_order" (in that order) differ from
+  // the static estimate; the plan holds the traced values either way.
+  std::vector<std::string> differs_from_static;
+  std::vector<UnitTime> times;  // every unit of forward_order, in that order
+};
+
 struct Plan {
   std::string schema = kPlanSchemaVersion;
   std::string generator;
@@ -153,6 +170,7 @@ struct Plan {
   Memory memory;
   Communication communication;
   std::vector<Diagnostic> diagnostics;
+  std::optional<Trace> trace;  // only with --trace-input; written last
 };
 
 }  // namespace mfsdp::schema

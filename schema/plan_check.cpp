@@ -203,6 +203,57 @@ void check_diagnostics(Context& context) {
   }
 }
 
+namespace {
+
+// The trace section: its times cover forward_order exactly, in order, and it names only the
+// fields a trace can change.
+void check_trace(Context& context) {
+  if (!context.plan.trace) return;
+  const Trace& trace = *context.plan.trace;
+  if (trace.inputs.empty()) {
+    context.report("trace.inputs", "is empty; a trace runs on at least one --trace-input");
+  }
+  for (size_t i = 0; i < trace.inputs.size(); ++i) {
+    if (trace.inputs[i].empty()) context.report(at("trace.inputs", i), "is empty");
+  }
+  static const std::vector<std::string> kTraceable = {"units.call_count", "forward_order",
+                                                      "backward_order"};
+  size_t next = 0;  // index into kTraceable: items must come in its order, once each
+  for (size_t i = 0; i < trace.differs_from_static.size(); ++i) {
+    const std::string& field = trace.differs_from_static[i];
+    const auto it = std::find(kTraceable.begin(), kTraceable.end(), field);
+    const size_t rank = static_cast<size_t>(it - kTraceable.begin());
+    if (it == kTraceable.end()) {
+      context.report(at("trace.differs_from_static", i),
+                     "is " + quote(field) + ", expected " + quote_list(kTraceable));
+    } else if (rank < next) {
+      context.report(at("trace.differs_from_static", i),
+                     quote(field) + " is repeated or out of order; expected the order " +
+                         quote_list(kTraceable));
+    } else {
+      next = rank + 1;
+    }
+  }
+  const std::vector<std::string>& order = context.plan.forward_order;
+  for (size_t i = 0; i < trace.times.size(); ++i) {
+    const std::string& unit = trace.times[i].unit;
+    const std::string path = at("trace.times", i) + ".unit";
+    if (i >= order.size()) {
+      context.report(path, quote(unit) + " is beyond forward_order, which has " +
+                               std::to_string(order.size()) + " unit(s)");
+    } else if (unit != order[i]) {
+      context.report(path, "is " + quote(unit) + ", expected " + quote(order[i]) +
+                               ": times list the units of forward_order, in that order");
+    }
+  }
+  if (trace.times.size() < order.size()) {
+    context.report("trace.times", "misses " + quote(order[trace.times.size()]) +
+                                      " and every later unit of forward_order");
+  }
+}
+
+}  // namespace
+
 }  // namespace check
 
 std::vector<Problem> check_plan(const Plan& plan) {
@@ -215,6 +266,7 @@ std::vector<Problem> check_plan(const Plan& plan) {
   check::check_memory(context, lifetimes);
   check::check_communication(context);
   check::check_diagnostics(context);
+  check::check_trace(context);
   return context.take_problems();
 }
 

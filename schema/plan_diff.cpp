@@ -159,6 +159,8 @@ class Differ {
 
   PlanDiff run() {
     for (const std::string& rule : options_.ignore) {
+      // Ignoring trace times is news only to a reader of plans that have a trace.
+      if (covers("trace", rule) && !old_.trace && !new_.trace) continue;
       if (options_.ignores(rule)) diff_.ignored.push_back(rule);
     }
     match_units();
@@ -168,6 +170,7 @@ class Differ {
     compare_schedule();
     compare_memory_and_communication();
     compare_diagnostics();
+    compare_trace();
     diff_.old_totals = plan_totals(old_);
     diff_.new_totals = plan_totals(new_);
     if (diff_.empty()) add_fallback();
@@ -726,6 +729,45 @@ class Differ {
     diff_.diagnostics.insert(diff_.diagnostics.end(), removed.begin(), removed.end());
   }
 
+  // The trace section as fields: its lists, and per unit its times as a JSON object ("null"
+  // where a plan has no trace or no time for the unit).
+  void compare_trace() {
+    const auto list = [](const std::optional<Trace>& trace,
+                         std::vector<std::string> Trace::*member) {
+      return trace ? text_of((*trace).*member) : "null";
+    };
+    field("trace.inputs", list(old_.trace, &Trace::inputs), list(new_.trace, &Trace::inputs));
+    field("trace.differs_from_static", list(old_.trace, &Trace::differs_from_static),
+          list(new_.trace, &Trace::differs_from_static));
+    if (!shown("trace.times")) return;
+    const auto time_text = [](const UnitTime& time) {
+      ordered_json j = ordered_json::object();
+      j["forward_ms"] = time.forward_ms;
+      j["backward_ms"] = time.backward_ms;
+      return j.dump();
+    };
+    std::map<std::string, std::string> old_times;  // by the unit's name in the new plan
+    if (old_.trace) {
+      for (const UnitTime& time : old_.trace->times) old_times[mapped(time.unit)] = time_text(time);
+    }
+    std::set<std::string> seen;
+    if (new_.trace) {
+      for (const UnitTime& time : new_.trace->times) {
+        const auto it = old_times.find(time.unit);
+        seen.insert(time.unit);
+        field("trace.times[" + time.unit + "]", it == old_times.end() ? "null" : it->second,
+              time_text(time));
+      }
+    }
+    if (old_.trace) {
+      for (const UnitTime& time : old_.trace->times) {
+        if (!seen.count(mapped(time.unit))) {
+          field("trace.times[" + mapped(time.unit) + "]", time_text(time), "null");
+        }
+      }
+    }
+  }
+
   // The plans as JSON, without what the options ignore and without the sizes that follow
   // from a unit's layout, the mesh and the policy (reported with their causes).
   ordered_json visible_json(const Plan& plan) const {
@@ -827,12 +869,17 @@ const std::vector<std::string>& diff_field_names() {
       "communication.reduce_scatter_bytes",
       "communication.all_reduce_bytes",
       "diagnostics",
+      "trace",
+      "trace.inputs",
+      "trace.differs_from_static",
+      "trace.times",
   };
   return names;
 }
 
 const std::vector<std::string>& default_ignored_fields() {
-  static const std::vector<std::string> names = {"generator", "model.path", "model.sha256"};
+  static const std::vector<std::string> names = {"generator", "model.path", "model.sha256",
+                                                 "trace.times"};
   return names;
 }
 

@@ -17,7 +17,7 @@ namespace mfsdp::schema {
 // which parameter.
 const std::vector<std::string>& diff_field_names();
 // Fields that change with the machine or the mfsdp version, not with the plan:
-// generator, model.path, model.sha256.
+// generator, model.path, model.sha256, and the measured trace.times.
 const std::vector<std::string>& default_ignored_fields();
 
 struct DiffOptions {
@@ -147,7 +147,8 @@ PlanTotals plan_totals(const Plan& plan);
 struct PlanDiff {
   std::vector<std::string> ignored;  // the ignore rules in effect, for the reader
   std::vector<FieldChange> fields;   // generator, model.*, mesh.*, policy.*, streams, roots,
-                                     // memory.peak_at, memory.slots, and the fallback below
+                                     // memory.peak_at, memory.slots, trace.* (times as
+                                     // "trace.times[<unit>]"), and the fallback below
   std::vector<UnitChange> units;
   std::vector<ParamMove> moves;
   std::vector<UnitUpdate> updates;

@@ -19,6 +19,7 @@ ordered_json to_json(const Unit& unit);
 ordered_json to_json(const ScheduleEntry& entry);
 ordered_json to_json(const Slot& slot);
 ordered_json to_json(const Diagnostic& diagnostic);
+ordered_json to_json(const UnitTime& time);
 
 template <typename T>
 ordered_json array_of(const std::vector<T>& items) {
@@ -168,6 +169,22 @@ ordered_json to_json(const Diagnostic& diagnostic) {
   return j;
 }
 
+ordered_json to_json(const UnitTime& time) {
+  ordered_json j = ordered_json::object();
+  j["unit"] = time.unit;
+  j["forward_ms"] = time.forward_ms;
+  j["backward_ms"] = time.backward_ms;
+  return j;
+}
+
+ordered_json to_json(const Trace& trace) {
+  ordered_json j = ordered_json::object();
+  j["inputs"] = trace.inputs;
+  j["differs_from_static"] = trace.differs_from_static;
+  j["times"] = array_of(trace.times);
+  return j;
+}
+
 }  // namespace
 
 ordered_json plan_to_json(const Plan& plan) {
@@ -186,6 +203,8 @@ ordered_json plan_to_json(const Plan& plan) {
   j["memory"] = to_json(plan.memory);
   j["communication"] = to_json(plan.communication);
   j["diagnostics"] = array_of(plan.diagnostics);
+  // Absent rather than null, so plans made without a trace keep their bytes.
+  if (plan.trace) j["trace"] = to_json(*plan.trace);
   return j;
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Reading and writing plan files. Writing is byte-deterministic: fixed key order, two-space
-// indent with arrays of scalars on one line, integers only, trailing newline. Reading reports
-// every problem with its JSON path.
+// indent with arrays of scalars on one line, integers only (except the optional trace section's
+// milliseconds), trailing newline. Reading reports every problem with its JSON path.
 
 #include <string>
 #include <vector>

@@ -85,6 +85,9 @@ class Fields {
 
   template <typename T, typename... Limits>
   void get(const char* key, T& out, Limits... limits);
+  // A field that may be absent (absent: `out` stays empty).
+  template <typename T>
+  void get_optional(const char* key, std::optional<T>& out);
   // Reports the keys no get() asked for. Call after the last get().
   void finish();
 
@@ -145,6 +148,16 @@ class Reader {
     if (number < minimum) {
       return problem(path,
                      "must be >= " + std::to_string(minimum) + ", got " + std::to_string(number));
+    }
+    out = number;
+  }
+
+  // Measured times: any finite number >= 0.
+  void read(const json& value, const std::string& path, double& out) {
+    if (!value.is_number()) return problem(path, "expected a number, got " + type_phrase(value));
+    const double number = value.get<double>();
+    if (!std::isfinite(number) || number < 0) {
+      return problem(path, "must be a finite number >= 0, got " + value.dump());
     }
     out = number;
   }
@@ -298,6 +311,22 @@ class Reader {
     fields.finish();
   }
 
+  void read(const json& value, const std::string& path, UnitTime& out) {
+    Fields fields(*this, value, path);
+    fields.get("unit", out.unit);
+    fields.get("forward_ms", out.forward_ms);
+    fields.get("backward_ms", out.backward_ms);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Trace& out) {
+    Fields fields(*this, value, path);
+    fields.get("inputs", out.inputs);
+    fields.get("differs_from_static", out.differs_from_static);
+    fields.get("times", out.times);
+    fields.finish();
+  }
+
   void read(const json& value, const std::string& path, Plan& out) {
     Fields fields(*this, value, path);
     fields.get("schema", out.schema);
@@ -314,6 +343,7 @@ class Reader {
     fields.get("memory", out.memory);
     fields.get("communication", out.communication);
     fields.get("diagnostics", out.diagnostics);
+    fields.get_optional("trace", out.trace);
     fields.finish();
   }
 
@@ -333,6 +363,15 @@ void Fields::get(const char* key, T& out, Limits... limits) {
   const auto it = value_.find(key);
   if (it == value_.end()) return reader_.problem(member_path(path_, key), "missing field");
   reader_.read(*it, member_path(path_, key), out, limits...);
+}
+
+template <typename T>
+void Fields::get_optional(const char* key, std::optional<T>& out) {
+  known_.emplace_back(key);
+  if (!value_.is_object()) return;
+  const auto it = value_.find(key);
+  if (it == value_.end()) return out.reset();
+  reader_.read(*it, member_path(path_, key), out.emplace());
 }
 
 void Fields::finish() {

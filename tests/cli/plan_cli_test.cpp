@@ -242,6 +242,96 @@ TEST(PlanCli, ParametersOutsideEveryUnitAreRefused) {
                        "unit that contains them, e.g. --unit '<root>'");
 }
 
+const std::vector<std::string> kConditionalUnits = {"--unit", "pre",   "--unit", "branch_*",
+                                                    "--unit", "post",  "--unit", "refine",
+                                                    "--unit", "<root>"};
+
+RunResult plan_conditional(const std::string& out, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"plan", "tests/fixtures/conditional.pt", "--world-size", "2"};
+  args.insert(args.end(), kConditionalUnits.begin(), kConditionalUnits.end());
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"-o", out});
+  return mfsdp(args);
+}
+
+TEST(PlanCli, TraceInputPlansTheTracedPathAndRecordsTimes) {
+  const std::string out = temp_path("traced.plan.json");
+  // 3 rows: 3 % 3 = 0 turns of the loop over refine, so refine does not run.
+  const RunResult r = plan_conditional(out, {"--trace-input", "3x8"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("  trace        3x8 (differs from the static estimate in "
+                       "units.call_count, forward_order, backward_order)\n"),
+            std::string::npos)
+      << r.err;
+  const auto plan = nlohmann::json::parse(read_file(out));
+  const auto& order = plan["forward_order"];
+  ASSERT_EQ(order.size(), 4u) << order;  // <root>, pre, the branch taken, post
+  EXPECT_EQ(order[3], "post");
+  EXPECT_TRUE(order[2] == "branch_a" || order[2] == "branch_b") << order;
+  EXPECT_EQ(plan["trace"]["inputs"], std::vector<std::string>{"3x8"});
+  ASSERT_EQ(plan["trace"]["times"].size(), order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto& time = plan["trace"]["times"][i];
+    EXPECT_EQ(time["unit"], order[i]);
+    EXPECT_GE(time["forward_ms"].get<double>(), 0.0);
+    EXPECT_GE(time["backward_ms"].get<double>(), 0.0);
+  }
+  const RunResult valid = mfsdp({"validate", out, "--model", "tests/fixtures/conditional.pt"});
+  EXPECT_EQ(valid.exit_code, 0) << valid.out << valid.err;
+}
+
+TEST(PlanCli, DiffIgnoresTraceTimesUnlessIncluded) {
+  const std::string a = temp_path("traced_a.plan.json"), b = temp_path("traced_b.plan.json");
+  ASSERT_EQ(plan_conditional(a, {"--trace-input", "4x8", "-q"}).exit_code, 0);
+  ASSERT_EQ(plan_conditional(b, {"--trace-input", "4x8", "-q"}).exit_code, 0);
+  const RunResult same = mfsdp({"diff", a, b});
+  EXPECT_EQ(same.exit_code, 0) << same.out;
+  EXPECT_EQ(same.out, "");
+  // Measured times may differ between two runs; nothing else may.
+  const RunResult timed = mfsdp({"diff", a, b, "--include", "trace.times", "--format", "json"});
+  const auto doc = nlohmann::json::parse(timed.out);
+  EXPECT_EQ(doc["ignored"], (std::vector<std::string>{"generator", "model.path", "model.sha256"}));
+  for (const auto& field : doc["fields"]) {
+    EXPECT_EQ(field["field"].get<std::string>().rfind("trace.times[", 0), 0u) << field;
+  }
+
+  const std::string untraced = temp_path("untraced.plan.json");
+  ASSERT_EQ(plan_conditional(untraced, {"-q"}).exit_code, 0);
+  const RunResult traced = mfsdp({"diff", untraced, a, "--color", "never"});
+  EXPECT_EQ(traced.exit_code, 1);
+  EXPECT_NE(traced.out.find("trace changed"), std::string::npos) << traced.out;
+  EXPECT_NE(traced.out.find("Trace\n  ~ inputs null → [4x8]\n"), std::string::npos) << traced.out;
+  const RunResult listed = mfsdp({"diff", untraced, a, "--format", "json"});
+  EXPECT_EQ(nlohmann::json::parse(listed.out)["ignored"],
+            (std::vector<std::string>{"generator", "model.path", "model.sha256", "trace.times"}));
+}
+
+TEST(PlanCli, TraceInputErrors) {
+  // A malformed spec is refused before the model is loaded (the path does not exist).
+  expect_clean_failure({"missing.pt", "--world-size", "2", "--auto", "--trace-input", "2x"}, 2,
+                       "--trace-input '2x': dimension 2 is empty; expected SHAPE[:DTYPE] such as "
+                       "2x64:int64 or 8x3x32x32");
+  const std::vector<std::string> reordered = {"tests/fixtures/reordered.pt",
+                                              "--world-size",
+                                              "2",
+                                              "--unit",
+                                              "stem",
+                                              "--unit",
+                                              "blocks.*",
+                                              "--unit",
+                                              "head"};
+  std::vector<std::string> too_many = reordered;
+  too_many.insert(too_many.end(), {"--trace-input", "4x8", "--trace-input", "4x8"});
+  expect_clean_failure(too_many, 2,
+                       "tests/fixtures/reordered.pt: forward takes 1 argument(s) (x), but 2 "
+                       "--trace-input were given; give one per forward argument, in order");
+  std::vector<std::string> wrong_shape = reordered;
+  wrong_shape.insert(wrong_shape.end(), {"--trace-input", "4x7"});
+  expect_clean_failure(wrong_shape, 3,
+                       "tests/fixtures/reordered.pt: the traced step on --trace-input 4x7 failed "
+                       "in forward: mat1 and mat2 shapes cannot be multiplied");
+}
+
 TEST(PlanCli, UnwritableOutputIsAnIoError) {
   const RunResult r = mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto",
                              "-o", "/nonexistent/dir/plan.json"});

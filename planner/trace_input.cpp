@@ -1,0 +1,288 @@
+#include "planner/trace_input.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "planner/instrumentation.h"
+#include "planner/torch_model.h"
+#include "planner/unit_hooks.h"
+#include "schema/error.h"
+#include "schema/plan.h"
+
+namespace mfsdp::planner {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Far beyond any memory, and small enough that the element count cannot overflow.
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+[[noreturn]] void bad_spec(const std::string& spec, const std::string& what) {
+  fail(ExitCode::kUsage, "--trace-input '" + spec + "': " + what +
+                             "; expected SHAPE[:DTYPE] such as 2x64:int64 or 8x3x32x32 "
+                             "(dimensions >= 1 joined by 'x'; the dtype defaults to float32)");
+}
+
+std::string joined(const std::vector<std::string>& items, const std::string& separator) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : separator) + item;
+  return out;
+}
+
+double milliseconds(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+// Records what the instrumented graphs report. Backward may run on autograd's threads.
+class Tracer : public UnitHooks {
+ public:
+  explicit Tracer(size_t units) : open_(units) {
+    run_.forward_ms.assign(units, 0.0);
+    run_.backward_ms.assign(units, 0.0);
+  }
+
+  void pre_forward(int unit) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    run_.forward.push_back({true, unit});
+    open_[unit].push_back(Clock::now());
+  }
+  void post_forward(int unit) override {
+    const Clock::time_point now = Clock::now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    run_.forward.push_back({false, unit});
+    if (open_[unit].empty()) return;  // the hooks nest; a stray exit only loses a time
+    run_.forward_ms[unit] += milliseconds(now - open_[unit].back());
+    open_[unit].pop_back();
+  }
+  // A unit's backward cannot be seen to end, so its time runs until the next unit's begins.
+  void pre_backward(int unit) override {
+    const Clock::time_point now = Clock::now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    close_backward_segment(now);
+    run_.backward.push_back(unit);
+    segment_unit_ = unit;
+    segment_start_ = now;
+  }
+  void end_backward() {
+    const Clock::time_point now = Clock::now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    close_backward_segment(now);
+  }
+
+  TracedRun take() { return std::move(run_); }
+
+ private:
+  void close_backward_segment(Clock::time_point now) {
+    if (segment_unit_ >= 0) run_.backward_ms[segment_unit_] += milliseconds(now - segment_start_);
+    segment_unit_ = -1;
+  }
+
+  std::mutex mutex_;
+  TracedRun run_;
+  std::vector<std::vector<Clock::time_point>> open_;  // per unit, its calls still running
+  int segment_unit_ = -1;
+  Clock::time_point segment_start_;
+};
+
+class InstalledHooks {
+ public:
+  explicit InstalledHooks(UnitHooks* hooks) : previous_(set_unit_hooks(hooks)) {}
+  ~InstalledHooks() { set_unit_hooks(previous_); }
+  InstalledHooks(const InstalledHooks&) = delete;
+  InstalledHooks& operator=(const InstalledHooks&) = delete;
+
+ private:
+  UnitHooks* previous_;
+};
+
+// The line of an interpreter error that says what went wrong. TorchScript puts a traceback
+// before it ("The following operation failed...", "Traceback of TorchScript...", source lines)
+// and ends with "RuntimeError: <message>"; a plain c10 error starts with its message.
+std::string interpreter_message(const std::string& text) {
+  const std::string marker = "Error: ";
+  std::string last_error, first;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (first.empty()) first = line;
+    const size_t at = line.find(marker);
+    if (line[0] != ' ' && at != std::string::npos &&
+        line.find_first_of(" \t") > at) {  // "RuntimeError: ..." but not prose with "Error: "
+      last_error = line.substr(at + marker.size());
+    }
+  }
+  return last_error.empty() ? first : last_error;
+}
+
+bool takes_tensor(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::TensorType || type->kind() == c10::TypeKind::AnyType) {
+    return true;
+  }
+  const auto optional = type->cast<c10::OptionalType>();
+  return optional && optional->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
+// One --trace-input per forward argument, in order; arguments with defaults may be left out.
+void check_arguments(const torch::jit::Module& model, const std::string& model_path,
+                     const std::vector<TraceInput>& inputs) {
+  const auto forward = model.find_method("forward");
+  if (!forward) {
+    fail(ExitCode::kModel, model_path +
+                               ": the module has no forward method, so there is no "
+                               "step to trace; script a module that defines one");
+  }
+  const c10::FunctionSchema& schema = forward->function().getSchema();
+  const std::vector<c10::Argument>& all = schema.arguments();
+  std::vector<c10::Argument> arguments(all.begin() + 1, all.end());  // without self
+  std::vector<std::string> names;
+  size_t required = 0;
+  for (const c10::Argument& a : arguments) {
+    names.push_back(a.name());
+    if (!a.default_value()) required = names.size();
+  }
+  const std::string takes = "forward takes " + std::to_string(arguments.size()) + " argument(s) (" +
+                            joined(names, ", ") + ")";
+  if (inputs.size() > arguments.size() || inputs.size() < required) {
+    fail(ExitCode::kUsage, model_path + ": " + takes + ", but " + std::to_string(inputs.size()) +
+                               " --trace-input were given; give one per forward argument, in "
+                               "order");
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!takes_tensor(arguments[i].type())) {
+      fail(ExitCode::kUsage, model_path + ": forward argument '" + arguments[i].name() + "' is " +
+                                 arguments[i].type()->annotation_str() + ", but --trace-input '" +
+                                 inputs[i].spec +
+                                 "' makes a Tensor; trace a model whose forward takes tensors");
+    }
+  }
+}
+
+at::Tensor example_tensor(const TraceInput& input, size_t position) {
+  const c10::ScalarType type = scalar_type_of(input.dtype);
+  if (!schema::is_floating_dtype(input.dtype)) {
+    return at::zeros(input.shape, at::TensorOptions().dtype(type));
+  }
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(position);
+  return at::randn(input.shape, generator, at::TensorOptions().dtype(at::kFloat)).to(type);
+}
+
+void collect_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
+  if (value.isTensor()) {
+    out.push_back(value.toTensor());
+  } else if (value.isTuple()) {
+    for (const c10::IValue& e : value.toTupleRef().elements()) collect_tensors(e, out);
+  } else if (value.isList()) {
+    for (const c10::IValue& e : value.toListRef()) collect_tensors(e, out);
+  } else if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) collect_tensors(entry.value(), out);
+  }
+}
+
+// The sum of every floating output that requires grad: each output gets a gradient.
+at::Tensor loss_of(const c10::IValue& output) {
+  std::vector<at::Tensor> tensors;
+  collect_tensors(output, tensors);
+  at::Tensor loss;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined() || !t.is_floating_point() || !t.requires_grad()) continue;
+    const at::Tensor sum = t.sum().to(at::kDouble);
+    loss = loss.defined() ? loss + sum : sum;
+  }
+  return loss;
+}
+
+// Runs `step`, turning the interpreter's errors into one Error(kModel) line.
+template <typename Step>
+auto interpreted(const std::string& what, Step&& step) {
+  try {
+    return step();
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::Error& e) {
+    fail(ExitCode::kModel, what + ": " + interpreter_message(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    fail(ExitCode::kModel, what + ": " + interpreter_message(e.what()));
+  }
+}
+
+}  // namespace
+
+TraceInput parse_trace_input(const std::string& spec) {
+  TraceInput input;
+  input.spec = spec;
+  const size_t colon = spec.find(':');
+  if (colon != std::string::npos) {
+    input.dtype = spec.substr(colon + 1);
+    const std::vector<std::string>& known = schema::dtype_names();
+    if (std::find(known.begin(), known.end(), input.dtype) == known.end()) {
+      bad_spec(spec,
+               "unknown dtype '" + input.dtype + "' (mfsdp knows " + joined(known, ", ") + ")");
+    }
+  }
+  const std::string shape = spec.substr(0, colon);
+  int64_t elements = 1;
+  size_t begin = 0;
+  for (int d = 1;; ++d) {
+    const size_t end = std::min(shape.find('x', begin), shape.size());
+    const std::string dim = shape.substr(begin, end - begin);
+    const std::string which = "dimension " + std::to_string(d);
+    if (dim.empty()) bad_spec(spec, which + " is empty");
+    if (dim.find_first_not_of("0123456789") != std::string::npos) {
+      bad_spec(spec, which + " '" + dim + "' is not a whole number");
+    }
+    const int64_t size = dim.size() > 13 ? kMaxElements + 1 : std::stoll(dim);
+    if (size < 1) bad_spec(spec, which + " is 0; every dimension must be at least 1");
+    if (size > kMaxElements / elements) bad_spec(spec, "more than 2^40 elements");
+    elements *= size;
+    input.shape.push_back(size);
+    if (end == shape.size()) break;
+    begin = end + 1;
+  }
+  return input;
+}
+
+TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
+                      const std::vector<TraceInput>& inputs) {
+  torch::jit::Module model = load_module(model_path);
+  check_arguments(model, model_path, inputs);
+  instrument_units(model, unit_paths);
+
+  std::vector<std::string> specs;
+  std::vector<c10::IValue> arguments;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    specs.push_back(inputs[i].spec);
+    arguments.emplace_back(example_tensor(inputs[i], i));
+  }
+  const std::string on = model_path + ": the traced step on --trace-input " + joined(specs, ", ");
+
+  Tracer tracer(unit_paths.size());
+  {
+    const InstalledHooks installed(&tracer);
+    const c10::AutoGradMode grad(true);
+    const c10::IValue output =
+        interpreted(on + " failed in forward", [&] { return model.forward(arguments); });
+    const at::Tensor loss = loss_of(output);
+    if (!loss.defined()) {
+      fail(ExitCode::kModel, on + " returned no floating tensor that requires grad, so there is "
+                                  "no backward to trace; return the logits or the loss");
+    }
+    interpreted(on + " failed in backward", [&] {
+      loss.backward();
+      return 0;
+    });
+    tracer.end_backward();
+  }
+  TracedRun run = tracer.take();
+  run.inputs = specs;
+  run.units = unit_paths;
+  return run;
+}
+
+}  // namespace mfsdp::planner

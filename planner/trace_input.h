@@ -1,0 +1,56 @@
+#pragma once
+// `mfsdp plan --trace-input`: one forward and backward of the model on example inputs, with its
+// units instrumented (planner/instrumentation.h), to record the order the units really run in
+// (which branch an `if` takes, how often a loop turns) and how long each takes. derive_orders
+// then uses the traced order instead of its static estimate. No LibTorch types here.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mfsdp::planner {
+
+// One example input: a tensor of `shape` and `dtype` (a schema dtype name).
+struct TraceInput {
+  std::string spec;  // as given, e.g. "2x64:int64"
+  std::vector<int64_t> shape;
+  std::string dtype = "float32";
+};
+
+// Parses SHAPE[:DTYPE], e.g. "2x64:int64" or "8x3x32x32" (float32): dimensions >= 1 joined by
+// 'x'. Throws Error(kUsage), one line naming the spec and the expected form.
+TraceInput parse_trace_input(const std::string& spec);
+
+// A unit's forward boundary as the hooks saw it: entering (pre_forward) or leaving
+// (post_forward) unit `unit`.
+struct TracedEvent {
+  bool enter = true;
+  int unit = -1;
+};
+
+// What one traced step observed. Units are indices into `units`.
+struct TracedRun {
+  std::vector<std::string> inputs;   // the specs as given
+  std::vector<std::string> units;    // unit module paths as instrumented ("" for the model)
+  std::vector<TracedEvent> forward;  // every pre_forward and post_forward, in order
+  std::vector<int> backward;         // every pre_backward, in order (one per call that got one)
+  // Per unit, in milliseconds, not rounded. forward: Σ over its calls of pre_forward to
+  // post_forward, nested units included. backward: Σ over its pre_backwards of the time to the
+  // next pre_backward of any unit, or to the end of backward; the end of a unit's own backward
+  // is not observable (the hooks are identities on its outputs).
+  std::vector<double> forward_ms;
+  std::vector<double> backward_ms;
+};
+
+// Loads `model_path` afresh on the CPU, instruments the modules at `unit_paths` (unit i is
+// unit_paths[i]), runs forward on one tensor per input (floating: standard normal values from
+// a generator seeded with the input's position, 0, 1, ...; integer and bool: zeros, a valid
+// index for any embedding), sums the floating outputs that require grad and runs backward.
+// Throws Error(kUsage) when the inputs do not match forward's arguments (too many, too few,
+// or an argument that is not a Tensor), Error(kModel) naming the inputs and the interpreter's
+// message when forward or backward fails, or when no output requires grad, and
+// instrument_units' Error(kPlanning) for a unit it cannot hook.
+TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
+                      const std::vector<TraceInput>& inputs);
+
+}  // namespace mfsdp::planner

@@ -15,12 +15,16 @@ namespace mfsdp::executor {
 
 enum class ReduceOp { kSum, kAvg };
 
+class Timeline;
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;  // within the group
   virtual int size() const = 0;
   virtual Stream& stream() = 0;
+  // Records each collective from now on as a span on the stream's track (nullptr: stop).
+  virtual void set_timeline(Timeline* timeline) = 0;
 
   // out[r * bytes, (r+1) * bytes) = rank r's `in` (bytes each). Dtype-agnostic.
   virtual void all_gather(const void* in, void* out, size_t bytes, std::string what) = 0;

@@ -1,5 +1,7 @@
 #include "executor/comm/gloo_communicator.h"
 
+#include "executor/runtime/timeline.h"
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
@@ -54,13 +56,18 @@ int GlooCommunicator::size() const {
 }
 
 template <typename Collective>
-void GlooCommunicator::enqueue(std::string what, Collective collective) {
+void GlooCommunicator::enqueue(std::string what, size_t bytes, Collective collective) {
   std::string label = "rank " + std::to_string(global_rank_) + ": " + what + " on " + name_;
   stream_.enqueue(
-      [label = std::move(label), collective = std::move(collective)] {
+      [label = std::move(label), collective = std::move(collective), timeline = timeline_,
+       track = stream_.name(), what, bytes] {
         std::string reason;
         try {
+          const int64_t start = timeline ? Timeline::now_us() : 0;
           collective();
+          if (timeline) {
+            timeline->record(track, what, start, Timeline::now_us(), static_cast<int64_t>(bytes));
+          }
           return;
         } catch (const std::exception& e) {
           // gloo::IoException (a peer closed or reset the connection, or a timeout),
@@ -73,7 +80,8 @@ void GlooCommunicator::enqueue(std::string what, Collective collective) {
 }
 
 void GlooCommunicator::all_gather(const void* in, void* out, size_t bytes, std::string what) {
-  enqueue(std::move(what), [context = context_, in, out, bytes, timeout = timeout_] {
+  const size_t total = bytes * static_cast<size_t>(size());
+  enqueue(std::move(what), total, [context = context_, in, out, bytes, timeout = timeout_] {
     if (bytes == 0) return;
     auto* gathered = static_cast<uint8_t*>(out);
     uint8_t* own = gathered + static_cast<size_t>(context->rank) * bytes;
@@ -92,22 +100,24 @@ void GlooCommunicator::all_gather(const void* in, void* out, size_t bytes, std::
 
 void GlooCommunicator::reduce_scatter(const float* in, float* out, size_t count, ReduceOp op,
                                       std::string what) {
-  enqueue(std::move(what), [context = context_, in, out, count, op, timeout = timeout_] {
+  const size_t total = count * static_cast<size_t>(size()) * sizeof(float);
+  enqueue(std::move(what), total, [context = context_, in, out, count, op, timeout = timeout_] {
     ring_reduce_scatter(*context, in, out, count, timeout);
     if (op == ReduceOp::kAvg) divide(out, count, context->size);
   });
 }
 
 void GlooCommunicator::all_reduce(float* data, size_t count, ReduceOp op, std::string what) {
-  enqueue(std::move(what), [context = context_, data, count, op, timeout = timeout_] {
-    if (count == 0 || context->size == 1) return;
-    gloo::AllreduceOptions options(context);
-    options.setOutput(data, count);
-    options.setReduceFunction(static_cast<ReduceFunction>(&gloo::sum<float>));
-    options.setTimeout(timeout);
-    gloo::allreduce(options);
-    if (op == ReduceOp::kAvg) divide(data, count, context->size);
-  });
+  enqueue(std::move(what), count * sizeof(float),
+          [context = context_, data, count, op, timeout = timeout_] {
+            if (count == 0 || context->size == 1) return;
+            gloo::AllreduceOptions options(context);
+            options.setOutput(data, count);
+            options.setReduceFunction(static_cast<ReduceFunction>(&gloo::sum<float>));
+            options.setTimeout(timeout);
+            gloo::allreduce(options);
+            if (op == ReduceOp::kAvg) divide(data, count, context->size);
+          });
 }
 
 void GlooCommunicator::broadcast(void* data, size_t bytes, int root, std::string what) {
@@ -117,7 +127,7 @@ void GlooCommunicator::broadcast(void* data, size_t bytes, int root, std::string
                                   " is not a rank of the group (size " + std::to_string(size()) +
                                   ")");
   }
-  enqueue(std::move(what), [context = context_, data, bytes, root, timeout = timeout_] {
+  enqueue(std::move(what), bytes, [context = context_, data, bytes, root, timeout = timeout_] {
     if (bytes == 0 || context->size == 1) return;
     gloo::BroadcastOptions options(context);
     options.setOutput(static_cast<uint8_t*>(data), bytes);

@@ -26,6 +26,7 @@ class GlooCommunicator final : public Communicator {
   int rank() const override;
   int size() const override;
   Stream& stream() override { return stream_; }
+  void set_timeline(Timeline* timeline) override { timeline_ = timeline; }
   const std::string& name() const { return name_; }
 
   void all_gather(const void* in, void* out, size_t bytes, std::string what) override;
@@ -37,14 +38,16 @@ class GlooCommunicator final : public Communicator {
  private:
   // Enqueues `collective` so that any failure surfaces as
   // Error(kRuntime, "rank R: <what> on <name> failed: <reason>").
+  // `bytes`: what this rank sends and receives, for the timeline.
   template <typename Collective>
-  void enqueue(std::string what, Collective collective);
+  void enqueue(std::string what, size_t bytes, Collective collective);
 
   std::shared_ptr<gloo::Context> context_;  // shared with queued work that still uses it
   Stream& stream_;
   std::string name_;
   int global_rank_;
   std::chrono::milliseconds timeout_;
+  Timeline* timeline_ = nullptr;
 };
 
 }  // namespace mfsdp::executor

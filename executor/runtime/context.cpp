@@ -9,6 +9,7 @@
 #include "executor/runtime/cpu_stream.h"
 #include "executor/runtime/flat_group.h"
 #include "executor/runtime/schedule_cursor.h"
+#include "executor/runtime/timeline.h"
 #include "executor/runtime/unit_state.h"
 #include "planner/instrumentation.h"
 #include "planner/model_loader.h"
@@ -42,7 +43,18 @@ struct UnitRuntime {
   std::shared_ptr<Event> gathered;
   std::vector<at::Tensor> grads;  // per group, this microbatch
   int grads_missing = 0;
+  int64_t forward_start_us = 0, backward_start_us = 0;  // for the timeline
 };
+
+// Microseconds the calling thread spends in `f`.
+template <typename F>
+int64_t timed_us(F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                               start)
+      .count();
+}
 
 std::string plan_unit_path(const std::string& name) {
   return name == schema::kRootName ? "" : name;
@@ -89,6 +101,9 @@ struct Context::Impl : planner::UnitHooks {
   std::vector<std::string> divergences;
   planner::UnitHooks* previous_hooks = nullptr;
   std::exception_ptr pending_error;
+  std::unique_ptr<Timeline> timeline;  // when recording
+  int64_t exposed_us = 0;              // compute blocked on collectives, summed
+  bool evaluating = false;             // inside evaluate(): no backward follows
 
   ~Impl() override {
     planner::set_unit_hooks(previous_hooks);
@@ -137,18 +152,20 @@ struct Context::Impl : planner::UnitHooks {
   void pre_forward(int u) override {
     remembering_errors([&] {
       if (in_step && cursor->in_backward()) {
-        fail(ExitCode::kUsage, "unit " + name(u) +
-                                   " reached pre_forward after the plan's forward was complete: "
-                                   "either forward ran again before backward (call "
-                                   "ctx->backward(loss) after every forward; forward-only steps "
-                                   "are not supported yet) or the unit ran more often than "
-                                   "planned");
+        fail(ExitCode::kUsage,
+             "unit " + name(u) +
+                 " reached pre_forward after the plan's forward was complete: "
+                 "either forward ran again before backward (call "
+                 "ctx->backward(loss) after every forward, or use "
+                 "ctx->evaluate() for a forward without backward) or the unit ran more often than "
+                 "planned");
       }
       start_microbatch_if_needed();
       UnitRuntime& unit = units[u];
       transition(unit.state, UnitState::kForward, name(u));
       perform(cursor->on_event(Point::kPreForward, u));
       if (!unit.bound) bind(u);
+      if (timeline) unit.forward_start_us = Timeline::now_us();
     });
   }
 
@@ -160,6 +177,10 @@ struct Context::Impl : planner::UnitHooks {
   void post_forward(int u) override {
     remembering_errors([&] {
       transition(units[u].state, UnitState::kResting, name(u));
+      if (timeline) {
+        timeline->record("compute", "forward " + name(u), units[u].forward_start_us,
+                         Timeline::now_us());
+      }
       perform(cursor->on_event(Point::kPostForward, u));
     });
   }
@@ -176,6 +197,7 @@ struct Context::Impl : planner::UnitHooks {
     }
     transition(units[u].state, UnitState::kBackward, name(u));
     perform(cursor->on_event(Point::kPreBackward, u));
+    if (timeline) units[u].backward_start_us = Timeline::now_us();
   }
 
   // --- Schedule actions -----------------------------------------------------------------
@@ -186,7 +208,7 @@ struct Context::Impl : planner::UnitHooks {
           issue_all_gather(a.unit);
           break;
         case ScheduleAction::Kind::kWait:
-          units[a.unit].gathered->wait();
+          wait_for_gather(a.unit);
           break;
         case ScheduleAction::Kind::kReshard:
           reshard(a.unit);
@@ -209,10 +231,25 @@ struct Context::Impl : planner::UnitHooks {
     peak_bytes = std::max(peak_bytes, live_bytes);
   }
 
+  // Compute blocks until the unit's all-gather is done; the time it blocks is exposed
+  // communication.
+  void wait_for_gather(int u) {
+    const std::shared_ptr<Event>& gathered = units[u].gathered;
+    if (!gathered || gathered->done()) {
+      if (gathered) gathered->wait();  // rethrows a failure
+      return;
+    }
+    const int64_t start = timeline ? Timeline::now_us() : 0;
+    exposed_us += timed_us([&] { gathered->wait(); });
+    if (timeline) {
+      timeline->record("compute", "wait for all-gather of " + name(u), start, Timeline::now_us());
+    }
+  }
+
   void reshard(int u) {
     UnitRuntime& unit = units[u];
     // The slot may be reused right after: the all-gather into it must have finished.
-    if (unit.gathered) unit.gathered->wait();
+    wait_for_gather(u);
     if (unit.resident) {
       for (const auto& group : unit.groups) live_bytes -= group.unsharded_bytes();
       unit.resident = false;
@@ -246,7 +283,7 @@ struct Context::Impl : planner::UnitHooks {
       for (size_t p = 0; p < views.size(); ++p) {
         for (const ParamSlot& place : unit.places[g][p]) place.owner->setSlot(place.slot, views[p]);
       }
-      if (group.trainable()) {
+      if (group.trainable() && !evaluating) {
         ++unit.grads_missing;
         group.leaf().register_hook(
             [this, u, g](const at::Tensor& grad) { on_gradient(u, static_cast<int>(g), grad); });
@@ -265,6 +302,10 @@ struct Context::Impl : planner::UnitHooks {
     unit.grads[g] = grad;
     if (--unit.grads_missing > 0) return;
     if (unit.state == UnitState::kBackward) transition(unit.state, UnitState::kResting, name(u));
+    if (timeline && unit.backward_start_us) {
+      timeline->record("compute", "backward " + name(u), unit.backward_start_us,
+                       Timeline::now_us());
+    }
     for (int w : rs_order->ready(u)) issue_reduce_scatter(w);
   }
 
@@ -299,18 +340,33 @@ struct Context::Impl : planner::UnitHooks {
     if (backward_done) return;
     perform(cursor->finish());
     for (int w : rs_order->finish()) issue_reduce_scatter(w);
-    reduce_stream->synchronize();
-    for (size_t u = 0; u < units.size(); ++u) {
-      UnitRuntime& unit = units[u];
+    const int64_t start = timeline ? Timeline::now_us() : 0;
+    exposed_us += timed_us([&] { reduce_stream->synchronize(); });
+    if (timeline)
+      timeline->record("compute", "wait for reduce-scatters", start, Timeline::now_us());
+    settle_units();
+    if (microbatches_seen++ == 0) report_order(cursor->divergences());
+    is_last_microbatch = true;
+  }
+
+  // After evaluate()'s forward: the forward entries left, then every unit resharded (no
+  // backward will use what the plan keeps gathered).
+  void end_of_evaluation() {
+    perform(cursor->finish_forward());
+    for (size_t u = 0; u < units.size(); ++u) reshard(static_cast<int>(u));
+    settle_units();
+  }
+
+  void settle_units() {
+    for (auto& unit : units) {
       unit.state = UnitState::kResting;
       for (auto& group : unit.groups) group.release();
       unit.grads.clear();
       unit.bound_this_microbatch = false;
+      unit.backward_start_us = 0;
     }
-    if (microbatches_seen++ == 0) report_order(cursor->divergences());
     backward_done = true;
     in_step = false;
-    is_last_microbatch = true;
   }
 
   void report_order(const std::vector<std::string>& found) {
@@ -431,6 +487,13 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
                                                replica_group, rs_stream, timeout);
   }
   impl->control_comm = rdv.gloo_communicator("control", world, *impl->control_stream, timeout);
+  if (options.record_timeline) {
+    impl->timeline = std::make_unique<Timeline>();
+    for (Communicator* comm :
+         {impl->ag_comm.get(), impl->rs_comm.get(), impl->replica_comm.get()}) {
+      if (comm) comm->set_timeline(impl->timeline.get());
+    }
+  }
 
   // The plan's static slots, allocated once; unsharded parameters live only in them.
   std::map<std::string, int> slot_of;
@@ -542,6 +605,34 @@ void Context::backward(const at::Tensor& loss) {
   }
 }
 
+c10::IValue Context::evaluate(std::vector<c10::IValue> inputs) {
+  check_usable();
+  if (impl_->in_step) {
+    fail(ExitCode::kUsage,
+         "evaluate() called in the middle of a training microbatch; call backward() first");
+  }
+  torch::NoGradGuard no_grad;
+  impl_->evaluating = true;
+  try {
+    c10::IValue out = forward(std::move(inputs));
+    impl_->end_of_evaluation();
+    impl_->evaluating = false;
+    return out;
+  } catch (...) {
+    impl_->evaluating = false;
+    if (!impl_->failure) impl_->failure = std::current_exception();
+    throw;
+  }
+}
+
+std::vector<std::string> Context::exchange(const std::string& key, const std::string& value) {
+  return impl_->rendezvous->exchange("user/" + key, value);
+}
+
+Timeline* Context::timeline() {
+  return impl_->timeline.get();
+}
+
 std::vector<at::Tensor> Context::sharded_parameters() {
   sync_gradients();
   std::vector<at::Tensor> out;
@@ -640,6 +731,7 @@ ContextStats Context::stats() const {
   for (const auto& slot : impl_->slots) s.slot_bytes += static_cast<int64_t>(slot.size());
   s.peak_unsharded_bytes = impl_->peak_bytes;
   s.divergences = impl_->divergences;
+  s.exposed_comm_us = impl_->exposed_us;
   return s;
 }
 

@@ -34,6 +34,9 @@ struct ContextOptions {
   // branch not taken). A unit that runs later than planned, or more often, always fails:
   // following it would need collectives the other ranks do not issue.
   bool strict_order = false;
+  // Record a timeline (unit spans, collectives, waits) for a Chrome/Perfetto trace; see
+  // Context::timeline().
+  bool record_timeline = false;
 };
 
 struct ContextStats {
@@ -42,7 +45,13 @@ struct ContextStats {
   int64_t slot_bytes = 0;                // static buffers for unsharded parameters
   int64_t peak_unsharded_bytes = 0;      // most bytes of gathered units live at once, measured
   std::vector<std::string> divergences;  // where the first microbatch left the plan's order
+  // Time the compute thread spent blocked on collectives (all-gathers not yet done, the
+  // reduce-scatter stream at the end of backward), summed since the context was created:
+  // communication that prefetching did not hide.
+  int64_t exposed_comm_us = 0;
 };
+
+class Timeline;
 
 class Context {
  public:
@@ -66,6 +75,10 @@ class Context {
   // loss.backward(), then the end of backward: remaining reduce-scatters (zeros for units
   // that got no gradient) and a wait for the reduce-scatter stream.
   void backward(const at::Tensor& loss);
+  // A forward without backward (evaluation), under no-grad: units are gathered in the plan's
+  // forward order and every unit is resharded when it returns. Call between training
+  // microbatches, never inside one; set the model's train/eval mode yourself.
+  c10::IValue evaluate(std::vector<c10::IValue> inputs);
 
   // One tensor per trainable group of every unit: this rank's master shard, whose grad is the
   // group's sharded main gradient (valid after backward()). Hand these to an optimizer.
@@ -83,7 +96,14 @@ class Context {
   // An all-reduce mean over all ranks of a scalar, for reporting (e.g. the loss).
   double mean_over_ranks(double value);
 
+  // Every rank contributes `value`; all values in rank order, on every rank. Through the
+  // rendezvous store, so it suits small payloads (reports, traces), not tensors.
+  std::vector<std::string> exchange(const std::string& key, const std::string& value);
+
   ContextStats stats() const;
+  // The timeline when ContextOptions::record_timeline is set, else nullptr. Callers may add
+  // spans of their own (a training loop's optimizer step).
+  Timeline* timeline();
 
  private:
   struct Impl;

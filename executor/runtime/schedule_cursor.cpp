@@ -122,6 +122,14 @@ std::vector<ScheduleAction> ScheduleCursor::finish() {
   return out;
 }
 
+std::vector<ScheduleAction> ScheduleCursor::finish_forward() {
+  std::vector<ScheduleAction> out;
+  for (; next_ < plan_.schedule.size() && plan_.schedule[next_].phase == "forward"; ++next_) {
+    run_entry(next_, out);
+  }
+  return out;
+}
+
 ReduceScatterOrder::ReduceScatterOrder(const schema::Plan& plan) {
   const auto index = unit_indices(plan);
   for (const auto& e : plan.schedule) {

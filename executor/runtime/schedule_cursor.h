@@ -40,6 +40,9 @@ class ScheduleCursor {
   bool in_backward() const;
   // The actions of every entry left, through end_of_backward.
   std::vector<ScheduleAction> finish();
+  // The actions of the forward entries left (a forward without backward, for evaluation);
+  // skipped units are not reported as divergences.
+  std::vector<ScheduleAction> finish_forward();
 
   // Entries whose event never came, or came late: "pre_forward branch_b (call 0) did not run".
   const std::vector<std::string>& divergences() const { return divergences_; }

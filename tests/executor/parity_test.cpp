@@ -40,6 +40,7 @@ struct ParityOptions {
   std::optional<double> clip_grad_norm;    // both sides clip the global norm before each step
   std::optional<std::string> param_dtype;  // mixed precision on the distributed side only
   double tolerance = 1e-5;  // max relative parameter difference; also the loss tolerance
+  bool evaluate = false;    // forward-only evaluation before each step, checked too
 };
 
 ParityOptions clipped(double max_norm) {
@@ -89,7 +90,8 @@ void expect_parity(const ParityCase& c, const ParityOptions& options = ParityOpt
   const std::string dir =
       ::testing::TempDir() + "/parity_" + c.task + "_" + std::to_string(c.world) + "x" +
       std::to_string(c.replicate) + "_" + c.optimizer + "_" + std::to_string(c.microbatches) +
-      (clip_grad_norm ? "_clip" : "") + (options.param_dtype ? "_" + *options.param_dtype : "");
+      (clip_grad_norm ? "_clip" : "") + (options.param_dtype ? "_" + *options.param_dtype : "") +
+      (options.evaluate ? "_eval" : "");
   std::filesystem::create_directories(dir);
   const std::string plan = write_plan(c, options, dir);
   const std::string out = dir + "/result.pt";
@@ -108,6 +110,7 @@ void expect_parity(const ParityCase& c, const ParityOptions& options = ParityOpt
   if (clip_grad_norm) {
     launch.args.insert(launch.args.end(), {"--clip-grad-norm", std::to_string(*clip_grad_norm)});
   }
+  if (options.evaluate) launch.args.push_back("--evaluate");
   launch.world_size = c.world;
   launch.master_port = host.port();
   launch.agent_store = true;
@@ -174,6 +177,18 @@ void expect_parity(const ParityCase& c, const ParityOptions& options = ParityOpt
   }
   // Training did something: the loss moved.
   EXPECT_NE(reference.losses.front(), reference.losses.back());
+  if (options.evaluate) {
+    // Evaluating step s's batch before its update gives the loss training then reports.
+    std::map<std::string, at::Tensor> none;
+    std::vector<double> eval_losses;
+    load_parity_result(out + ".eval", none, eval_losses);
+    ASSERT_EQ(eval_losses.size(), reference.losses.size());
+    for (size_t s = 0; s < eval_losses.size(); ++s) {
+      EXPECT_NEAR(eval_losses[s], reference.losses[s],
+                  options.tolerance * std::abs(reference.losses[s]))
+          << "evaluation before step " << s;
+    }
+  }
 }
 
 const std::vector<std::string> kGptUnits = {"layers.0", "layers.1", "<root>"};
@@ -221,6 +236,16 @@ TEST(Parity, GlobalNormClippingMatchesClipGradNorm) {
 // a lost gradient or a missing cast would be off by 100 %.
 TEST(Parity, BfloatComputeStaysWithinBfloatRounding) {
   expect_parity({"tied_lm", 2, 1, "sgd", 4, kGptUnits}, mixed_precision("bfloat16", 2e-2));
+}
+
+// A forward-only evaluation before every step (reordered model: its plan keeps a unit
+// gathered from forward into backward, which evaluation must reshard) neither disturbs
+// training nor differs from the loss the reference trains on.
+TEST(Parity, EvaluationBetweenStepsGivesTheReferenceLoss) {
+  ParityOptions evaluating;
+  evaluating.evaluate = true;
+  expect_parity({"reordered", 3, 1, "sgd", 4, kReorderedUnits}, evaluating);
+  expect_parity({"tied_lm", 2, 1, "adamw", 1, kGptUnits}, evaluating);
 }
 
 TEST(Parity, HybridShardingTwoByTwo) {

@@ -9,6 +9,8 @@
 //                             rank R exits abruptly after step K's first forward
 //   --timeout-ms N            collective timeout (default 60 s)
 //   --plan-for-rank R PATH    rank R trains by PATH instead of PLAN
+//   --evaluate                before each step, evaluate the rank's batch (forward only);
+//                             rank 0 writes those losses to OUT.eval
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -26,10 +28,11 @@ namespace {
 constexpr const char* kUsage =
     "usage: mfsdp_parity_worker TASK PLAN MODEL STEPS MICROBATCHES OPTIMIZER OUT "
     "[--strict-order] [--clip-grad-norm X] [--die-at-step K --die-rank R] [--timeout-ms N] "
-    "[--plan-for-rank R PATH]\n";
+    "[--plan-for-rank R PATH] [--evaluate]\n";
 
 struct WorkerFlags {
   bool strict_order = false;
+  bool evaluate = false;
   std::optional<double> clip_grad_norm;
   int die_at_step = -1;
   int die_rank = -1;
@@ -43,11 +46,14 @@ std::optional<WorkerFlags> parse_flags(int argc, char** argv, int first) {
   WorkerFlags f;
   for (int i = first; i < argc; ++i) {
     const std::string flag = argv[i];
-    const int values = flag == "--strict-order" ? 0 : flag == "--plan-for-rank" ? 2 : 1;
+    const bool is_switch = flag == "--strict-order" || flag == "--evaluate";
+    const int values = is_switch ? 0 : flag == "--plan-for-rank" ? 2 : 1;
     if (i + values >= argc) return std::nullopt;
     const char* v = argv[i + 1];
     if (flag == "--strict-order") {
       f.strict_order = true;
+    } else if (flag == "--evaluate") {
+      f.evaluate = true;
     } else if (flag == "--clip-grad-norm") {
       f.clip_grad_norm = std::atof(v);
     } else if (flag == "--die-at-step") {
@@ -90,11 +96,16 @@ int main(int argc, char** argv) {
     const int64_t world = ctx->world_size();
     const int64_t local = testing::kParityBatch / world;
     const int64_t micro = local / microbatches;
-    std::vector<double> losses;
+    std::vector<double> losses, eval_losses;
     for (int step = 0; step < steps; ++step) {
       const testing::Batch global = testing::global_batch(task, testing::kParityBatch, step);
       const testing::Batch mine =
           testing::rows(global, ctx->rank() * local, (ctx->rank() + 1) * local);
+      if (flags->evaluate) {
+        const at::Tensor out = ctx->evaluate({mine.inputs}).toTensor();
+        const double loss = testing::task_loss(task, out, mine.targets).item<double>();
+        eval_losses.push_back(ctx->mean_over_ranks(loss));
+      }
       double step_loss = 0;
       for (int m = 0; m < microbatches; ++m) {
         executor::microbatch(*ctx, m + 1 == microbatches);
@@ -114,7 +125,11 @@ int main(int argc, char** argv) {
       losses.push_back(ctx->mean_over_ranks(step_loss));
     }
     const auto params = ctx->full_parameters();
-    if (ctx->rank() == 0) testing::save_parity_result(argv[7], params, losses);
+    if (ctx->rank() == 0) {
+      testing::save_parity_result(argv[7], params, losses);
+      if (flags->evaluate)
+        testing::save_parity_result(std::string(argv[7]) + ".eval", {}, eval_losses);
+    }
     const executor::ContextStats stats = ctx->stats();
     std::cout << "rank " << ctx->rank() << " sharded_param_bytes " << stats.sharded_param_bytes
               << " peak_unsharded_bytes " << stats.peak_unsharded_bytes << " divergences "

@@ -20,7 +20,7 @@
 
 namespace {
 
-const char* const kTorchCommands[] = {"plan"};
+const char* const kTorchCommands[] = {"plan", "run", "export"};
 
 // `validate --model` loads the model; `validate` alone reads only the plan.
 bool validates_against_model(int argc, char** argv) {
@@ -69,6 +69,8 @@ int main(int argc, char** argv) {
   mfsdp::cli::describe_app(app);
   // Listed here for --help; parsing never reaches them (they were exec'd above).
   app.add_subcommand("plan", "Compile a TorchScript model and a sharding scope into a plan file");
+  app.add_subcommand("run", "Train a model by a plan: start the ranks, or be one");
+  app.add_subcommand("export", "Write a checkpoint's trained model as a TorchScript file");
   mfsdp::cli::add_validate_command(app);
   mfsdp::cli::add_show_command(app);
   mfsdp::cli::add_diff_command(app);

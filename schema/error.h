@@ -13,7 +13,7 @@ enum class ExitCode : int {
   kUsage = 2,      // bad flags or arguments; unusable input file (missing, not JSON, ...).
   kModel = 3,      // the model file cannot be loaded as a TorchScript module with forward.
   kPlanning = 4,   // the scope cannot be honoured: selector, nesting, ownership, budget rules.
-  kIo = 5,         // an output could not be written.
+  kIo = 5,         // a file could not be written, or an existing data file not read.
   kRuntime = 6,    // training/executor failures (rendezvous, collectives, checkpoints).
   kInternal = 70,  // a bug in mfsdp; please report it.
 };

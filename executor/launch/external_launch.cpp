@@ -128,6 +128,15 @@ bool any_set(const Environment& env, const Launcher& launcher) {
   return false;
 }
 
+// The torchrun variables a worker reads; LOCAL_WORLD_SIZE only when known.
+void set_rank_vars(int rank, int size, int local_rank, std::optional<int> local_size,
+                   Environment& out) {
+  out["RANK"] = std::to_string(rank);
+  out["WORLD_SIZE"] = std::to_string(size);
+  out["LOCAL_RANK"] = std::to_string(local_rank);
+  if (local_size) out["LOCAL_WORLD_SIZE"] = std::to_string(*local_size);
+}
+
 Environment from_torchrun(const Environment& env, const std::string& addr, int port) {
   const Reader read(env, kTorchrun);
   const char* trigger = env.count("RANK") ? "RANK" : "WORLD_SIZE";
@@ -145,10 +154,7 @@ Environment from_torchrun(const Environment& env, const std::string& addr, int p
   } else if (local_size != size) {
     read.require("LOCAL_RANK", "LOCAL_WORLD_SIZE");
   }
-  out["RANK"] = std::to_string(rank);
-  out["WORLD_SIZE"] = std::to_string(size);
-  out["LOCAL_RANK"] = std::to_string(local_rank);
-  out["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
+  set_rank_vars(rank, size, local_rank, local_size, out);
   read.master(addr, port, out);
   return out;
 }
@@ -169,10 +175,7 @@ std::optional<Environment> from_open_mpi(const Environment& env, const std::stri
       kOpenMpi.local_rank, read.require(kOpenMpi.local_rank, trigger), 0, local_size - 1);
   if (size == 1) return std::nullopt;
   Environment out;
-  out["RANK"] = std::to_string(rank);
-  out["WORLD_SIZE"] = std::to_string(size);
-  out["LOCAL_RANK"] = std::to_string(local_rank);
-  out["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
+  set_rank_vars(rank, size, local_rank, local_size, out);
   read.master(addr, port, out);
   return out;
 }
@@ -194,18 +197,12 @@ std::optional<Environment> from_srun(const Environment& env, const std::string& 
   } else if (const std::string* text = read.find("SLURM_NTASKS_PER_NODE")) {
     local_size = read.integer("SLURM_NTASKS_PER_NODE", *text, 1, size);
   }
-  if (local_size) {
-    if (local_rank >= *local_size) {
-      fail(ExitCode::kUsage, "SLURM_LOCALID=" + std::to_string(local_rank) +
-                                 " is out of range for " + std::to_string(*local_size) +
-                                 " tasks on this node; expected 0.." +
-                                 std::to_string(*local_size - 1));
-    }
-    out["LOCAL_WORLD_SIZE"] = std::to_string(*local_size);
+  if (local_size && local_rank >= *local_size) {
+    fail(ExitCode::kUsage, "SLURM_LOCALID=" + std::to_string(local_rank) + " is out of range for " +
+                               std::to_string(*local_size) + " tasks on this node; expected 0.." +
+                               std::to_string(*local_size - 1));
   }
-  out["RANK"] = std::to_string(rank);
-  out["WORLD_SIZE"] = std::to_string(size);
-  out["LOCAL_RANK"] = std::to_string(local_rank);
+  set_rank_vars(rank, size, local_rank, local_size, out);
   read.master(addr, port, out);
   return out;
 }

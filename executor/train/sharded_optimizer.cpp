@@ -26,12 +26,24 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<at::Tensor> 
 }
 
 ShardedOptimizer::ShardedOptimizer(Context& context, const OptimizerConfig& config)
-    : context_(context), optimizer_(make_optimizer(context.sharded_parameters(), config)) {}
+    : context_(context),
+      config_(config),
+      optimizer_(make_optimizer(context.sharded_parameters(), config)) {}
 
 void ShardedOptimizer::step() {
   context_.sync_gradients();
   at::NoGradGuard no_grad;
   optimizer_->step();
+}
+
+void ShardedOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  optimizer_->save(archive);
+}
+
+void ShardedOptimizer::load(torch::serialize::InputArchive& archive) {
+  // LibTorch maps saved state to parameters by their position in the parameter groups, so
+  // the state lands on this context's master shards, in plan order.
+  optimizer_->load(archive);
 }
 
 void ShardedOptimizer::set_lr(double lr) {

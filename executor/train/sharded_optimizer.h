@@ -32,9 +32,19 @@ class ShardedOptimizer {
   void step();
   void set_lr(double lr);
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  // As constructed; set_lr does not change it. Checkpoints record it.
+  const OptimizerConfig& config() const { return config_; }
+
+  // The optimizer's per-parameter state (moments, step counts) for a checkpoint, keyed by
+  // position in the context's sharded parameters. Loading needs an optimizer of the same kind
+  // over a context of the same plan; the loaded state replaces this one's, hyperparameters
+  // (the learning rate included) stay as configured here.
+  void save(torch::serialize::OutputArchive& archive) const;
+  void load(torch::serialize::InputArchive& archive);
 
  private:
   Context& context_;
+  OptimizerConfig config_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 

@@ -26,12 +26,6 @@ schema::Plan plan_fixture(const std::string& name, const Names& units, int64_t w
   return scope.finalize();
 }
 
-Names codes(const schema::Plan& plan) {
-  Names out;
-  for (const auto& d : plan.diagnostics) out.push_back(d.code + " " + d.where);
-  return out;
-}
-
 TEST(FixturePlans, GptOrdersPutRootFirstAndEmbeddingHeadInRoot) {
   const schema::Plan plan = plan_fixture("tied_lm.pt", {"layers.0", "layers.1", "<root>"});
   EXPECT_EQ(plan.forward_order, (Names{"<root>", "layers.0", "layers.1"}));
@@ -50,7 +44,7 @@ TEST(FixturePlans, TiedEmbeddingAndHeadUnitsHoistTheWeightToTheRoot) {
       plan_fixture("tied_lm.pt", {"wte", "lm_head", "layers.0", "layers.1", "<root>"});
   EXPECT_EQ(plan.forward_order, (Names{"<root>", "wte", "layers.0", "layers.1", "lm_head"}));
   EXPECT_EQ(plan.backward_order, (Names{"<root>", "lm_head", "layers.1", "layers.0", "wte"}));
-  EXPECT_EQ(codes(plan),
+  EXPECT_EQ(diagnostic_codes(plan),
             (Names{"ownership.hoisted wte.weight", "unit.empty wte", "unit.empty lm_head"}));
 }
 
@@ -62,7 +56,7 @@ TEST(FixturePlans, FunctionalHeadReadNeedsTheRootUnit) {
       "unit");
   const schema::Plan plan =
       plan_fixture("functional_head.pt", {"wte", "layers.0", "layers.1", "<root>"});
-  EXPECT_EQ(codes(plan)[0], "ownership.hoisted wte.weight");
+  EXPECT_EQ(diagnostic_codes(plan)[0], "ownership.hoisted wte.weight");
 }
 
 TEST(FixturePlans, ReorderedModelFollowsCallsThroughForwardImpl) {
@@ -71,7 +65,7 @@ TEST(FixturePlans, ReorderedModelFollowsCallsThroughForwardImpl) {
   EXPECT_EQ(plan.forward_order, (Names{"stem", "blocks.2", "blocks.0", "blocks.1", "head"}));
   EXPECT_EQ(plan.backward_order, (Names{"head", "blocks.1", "blocks.0", "blocks.2", "stem"}));
   // Definition order is head, blocks.0, blocks.1, blocks.2, stem.
-  EXPECT_EQ(codes(plan),
+  EXPECT_EQ(diagnostic_codes(plan),
             (Names{"order.differs_from_definition stem", "order.differs_from_definition blocks.2",
                    "order.differs_from_definition head"}));
 }
@@ -89,8 +83,8 @@ TEST(FixturePlans, OnlyCallsUnderTheModelsIfAndLoopAreFlagged) {
   const schema::Plan plan =
       plan_fixture("conditional.pt", {"pre", "branch_a", "branch_b", "post", "refine", "<root>"});
   EXPECT_EQ(plan.forward_order, (Names{"<root>", "pre", "branch_a", "branch_b", "post", "refine"}));
-  EXPECT_EQ(codes(plan), (Names{"unit.conditional branch_a", "unit.conditional branch_b",
-                                "unit.in_loop refine", "unit.empty <root>"}));
+  EXPECT_EQ(diagnostic_codes(plan), (Names{"unit.conditional branch_a", "unit.conditional branch_b",
+                                           "unit.in_loop refine", "unit.empty <root>"}));
   for (const auto& u : plan.units) {
     EXPECT_EQ(u.conditional, u.name == "branch_a" || u.name == "branch_b") << u.name;
   }

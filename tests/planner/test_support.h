@@ -1,10 +1,12 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "schema/error.h"
+#include "schema/plan.h"
 
 // Asserts that `statement` throws mfsdp::Error with `code` and a message containing `text`.
 #define EXPECT_MFSDP_ERROR(statement, expected_code, text)                                \
@@ -18,3 +20,10 @@
       EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "multi-line";     \
     }                                                                                     \
   } while (0)
+
+// The plan's diagnostics as "code where", in plan order.
+inline std::vector<std::string> diagnostic_codes(const mfsdp::schema::Plan& plan) {
+  std::vector<std::string> out;
+  for (const auto& d : plan.diagnostics) out.push_back(d.code + " " + d.where);
+  return out;
+}

@@ -65,12 +65,6 @@ schema::Plan static_plan(const std::string& name, const Names& units) {
   return scope.finalize();
 }
 
-Names codes(const schema::Plan& plan) {
-  Names out;
-  for (const auto& d : plan.diagnostics) out.push_back(d.code + " " + d.where);
-  return out;
-}
-
 const schema::Unit& unit(const schema::Plan& plan, const std::string& name) {
   for (const auto& u : plan.units) {
     if (u.name == name) return u;
@@ -211,7 +205,7 @@ TEST(TracedPlan, ConditionalPlanFollowsTheBranchTakenAndTheLoopCount) {
     expected.push_back("unit.conditional " + branch);
   }
   expected.insert(expected.end(), {"unit.in_loop refine", "unit.empty <root>"});
-  EXPECT_EQ(codes(plan), expected);
+  EXPECT_EQ(diagnostic_codes(plan), expected);
   EXPECT_NE(diagnostic(plan, "unit.conditional", taken)
                 .message.find("the plan follows the path the traced step took (1 time)"),
             std::string::npos);
@@ -326,7 +320,8 @@ TEST(TracedOrders, AUnitTheStaticGraphNeverReachesIsPlannedAndDiagnosed) {
              {1, 2, 0}));
   EXPECT_EQ(plan.forward_order, (Names{"a", "c", "b"}));
   EXPECT_EQ(plan.backward_order, (Names{"b", "c", "a"}));
-  EXPECT_EQ(codes(plan), (Names{"trace.contradicts_static c", "order.differs_from_definition c"}));
+  EXPECT_EQ(diagnostic_codes(plan),
+            (Names{"trace.contradicts_static c", "order.differs_from_definition c"}));
   EXPECT_EQ(plan.diagnostics[0].message,
             "unit c ran 1 time in the traced step, but the static call graph never reaches it "
             "(it is called in a way mfsdp cannot follow statically); the plan follows the trace");
@@ -347,7 +342,7 @@ TEST(TracedOrders, UnconditionalUnitsRunInAnotherOrderContradictTheStaticGraph) 
   EXPECT_EQ(plan.trace->differs_from_static, (Names{"forward_order", "backward_order"}));
   // The fewest units whose moves explain it: one of a and b, not c.
   const Names contradictions = {"order.differs_from_definition b", "trace.contradicts_static b"};
-  EXPECT_EQ(codes(plan), contradictions);
+  EXPECT_EQ(diagnostic_codes(plan), contradictions);
   EXPECT_NE(plan.diagnostics[1].message.find(
                 "unit b runs at forward position 1 in the traced step, but the static call graph, "
                 "where its calls are unconditional, places it at position 2"),
@@ -365,7 +360,7 @@ TEST(TracedOrders, BackwardOrderFollowsTheTraceAndADifferenceFromTheScheduleIsRe
   EXPECT_EQ(plan.forward_order, (Names{"a", "b", "c"}));
   EXPECT_EQ(plan.backward_order, (Names{"b", "c", "a"}));
   EXPECT_EQ(plan.trace->differs_from_static, Names{"backward_order"});
-  EXPECT_EQ(codes(plan), Names{"trace.backward_differs b"});
+  EXPECT_EQ(diagnostic_codes(plan), Names{"trace.backward_differs b"});
   EXPECT_NE(plan.diagnostics[0].message.find(
                 "the traced backward reached unit b at pre_backward 1 of 3, where the schedule, "
                 "which reverses the forward calls, expects unit c"),

@@ -1,0 +1,311 @@
+// `mfsdp run plan.json ...`: the launcher and, in each worker it starts, the training loop.
+#include "cli/run_command.h"
+
+#include <limits.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "cli/command_line.h"
+#include "executor/launch/external_launch.h"
+#include "executor/launch/launcher.h"
+#include "executor/train/trainer.h"
+#include "schema/error.h"
+#include "schema/plan_json.h"
+
+namespace mfsdp::cli {
+namespace {
+
+struct RunFlags {
+  std::string plan;
+  executor::TrainConfig train;
+  std::string data = "synthetic";
+  std::string data_kind;
+  std::string input_shape;
+  std::string betas;
+  double clip_grad_norm = 0;
+  double collective_timeout_s = 1800;
+  // Launcher.
+  int nproc_per_node = 0;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr;
+  int master_port = -1;
+  std::string log_dir;
+  double grace_s = 10;
+};
+
+const char* kExamples = R"(
+Examples:
+  # Plan the bundled byte-level GPT for 2 ranks, then train it on the bundled text:
+  mfsdp plan examples/bytegpt.pt --world-size 2 --unit 'layers.*' --unit '<root>' -o gpt.plan.json
+  mfsdp run gpt.plan.json --nproc-per-node 2 --data examples/tiny_corpus.txt --seq-len 64 \
+      --global-batch 16 --steps 200 --lr 3e-3 --warmup 20 --lr-schedule cosine
+
+  # Synthetic data (no files), 4 microbatches per step, checkpoints every 50 steps:
+  mfsdp run gpt.plan.json --nproc-per-node 2 --input-shape 64 --global-batch 32 \
+      --microbatches 4 --steps 200 --checkpoint-dir ckpt --checkpoint-every 50
+  # ... and after a crash, the same command with --resume continues bit-exactly.
+
+  # Metrics per step and rank, and a timeline of steps 2-4 for Perfetto:
+  mfsdp run gpt.plan.json --nproc-per-node 2 --steps 20 --metrics m.jsonl --trace trace.json
+
+  # Two nodes (run on each, node-rank 0 and 1):
+  mfsdp run gpt.plan.json --nnodes 2 --node-rank 0 --nproc-per-node 8 \
+      --master-addr node0.example --master-port 29500 ...
+  # Under torchrun or srun each process runs as the rank it was given:
+  torchrun --nproc-per-node 8 $(which mfsdp-torch) run gpt.plan.json ...
+
+Data: synthetic, a text file (.txt, bytes), nanoGPT tokens (.bin, uint16) or torch.save'd
+tensors (.pt); the global batch is the same for any number of ranks (docs/data.md).
+Exit codes: 0 ok, 2 bad flags or inputs, 3 model cannot be loaded, 5 cannot write,
+6 a rank failed at run time (collective, rendezvous, checkpoint), or a failed worker's code.
+)";
+
+std::vector<int64_t> parse_shape(const std::string& text) {
+  std::vector<int64_t> shape;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, 'x')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(part.c_str(), &end, 10);
+    if (part.empty() || *end != '\0' || v <= 0) {
+      fail(ExitCode::kUsage, "--input-shape '" + text +
+                                 "' is not a shape; write one sample's sizes like 64 or 3x32x32");
+    }
+    shape.push_back(v);
+  }
+  return shape;
+}
+
+void parse_betas(const std::string& text, executor::OptimizerConfig& optimizer) {
+  double b1 = 0, b2 = 0;
+  char comma = 0;
+  std::istringstream in(text);
+  if (!(in >> b1 >> comma >> b2) || comma != ',' || !(in >> std::ws).eof() || b1 < 0 || b1 >= 1 ||
+      b2 < 0 || b2 >= 1) {
+    fail(ExitCode::kUsage, "--betas '" + text + "' must be two numbers in [0, 1), like 0.9,0.95");
+  }
+  optimizer.beta1 = b1;
+  optimizer.beta2 = b2;
+}
+
+std::string self_executable() {
+  char path[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) fail(ExitCode::kInternal, "cannot find this program's path in /proc/self/exe");
+  path[n] = '\0';
+  return path;
+}
+
+// The finished training config: flags resolved against the plan.
+executor::TrainConfig resolve(RunFlags& flags) {
+  executor::TrainConfig config = flags.train;
+  config.plan_path = flags.plan;
+  if (config.model_path.empty()) {
+    const schema::ParseResult parsed = schema::read_plan_file(flags.plan);
+    config.model_path = parsed.plan.model.path;
+  }
+  config.data.kind =
+      flags.data_kind.empty() ? executor::infer_data_kind(flags.data) : flags.data_kind;
+  if (config.data.kind != "synthetic") config.data.path = flags.data;
+  if (!flags.input_shape.empty()) config.data.sample_shape = parse_shape(flags.input_shape);
+  if (!flags.betas.empty()) parse_betas(flags.betas, config.optimizer);
+  if (flags.clip_grad_norm != 0) config.clip_grad_norm = flags.clip_grad_norm;
+  if (!(flags.collective_timeout_s > 0)) {
+    fail(ExitCode::kUsage, "--collective-timeout must be a positive number of seconds");
+  }
+  config.context.collective_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(flags.collective_timeout_s * 1000));
+  return config;
+}
+
+int64_t plan_world_size(const std::string& path) {
+  const schema::ParseResult parsed = schema::read_plan_file(path);
+  if (!parsed.problems.empty()) {
+    fail(ExitCode::kUsage, path + ": not a valid plan (" + parsed.problems.front().str() +
+                               "); run mfsdp validate " + path);
+  }
+  return parsed.plan.mesh.world_size;
+}
+
+void run(RunFlags& flags, int argc, char** argv) {
+  const auto external =
+      launch::external_worker_env(launch::current_environment(), flags.master_addr,
+                                  flags.master_port > 0 ? flags.master_port : 0);
+  if (external) {
+    // Our own workers get the launcher's arguments back, --nproc-per-node included.
+    const char* ours = std::getenv("MFSDP_RUN_WORKER");
+    if (flags.nproc_per_node != 0 && !(ours && std::string(ours) == "1")) {
+      fail(ExitCode::kUsage,
+           "this process was started as one rank by another launcher (RANK, SLURM_PROCID or "
+           "OMPI_COMM_WORLD_RANK is set), so --nproc-per-node does not apply; drop it");
+    }
+    for (const auto& [name, value] : *external) setenv(name.c_str(), value.c_str(), 1);
+    executor::TrainConfig config = resolve(flags);
+    const char* live = std::getenv("MFSDP_LIVE_PROGRESS");
+    config.live_progress = live ? std::string(live) == "1" : isatty(STDOUT_FILENO) == 1;
+    executor::train(config, executor::LaunchEnv::from_environment(), std::cout);
+    return;
+  }
+
+  // The launcher: check what can be checked here, so a bad flag fails once, not per rank.
+  const int64_t world = plan_world_size(flags.plan);
+  if (flags.nproc_per_node == 0) {
+    if (world % flags.nnodes != 0) {
+      fail(ExitCode::kUsage, flags.plan + " is for " + std::to_string(world) +
+                                 " ranks, which --nnodes " + std::to_string(flags.nnodes) +
+                                 " does not divide; pass --nproc-per-node");
+    }
+    flags.nproc_per_node = static_cast<int>(world / flags.nnodes);
+  }
+  const int64_t launched = static_cast<int64_t>(flags.nnodes) * flags.nproc_per_node;
+  if (launched != world) {
+    fail(ExitCode::kUsage, flags.plan + " is for " + std::to_string(world) +
+                               " ranks but --nnodes " + std::to_string(flags.nnodes) +
+                               " x --nproc-per-node " + std::to_string(flags.nproc_per_node) +
+                               " launches " + std::to_string(launched) +
+                               "; re-plan with --world-size " + std::to_string(launched) +
+                               " or launch " + std::to_string(world));
+  }
+  executor::check_train_config(resolve(flags), static_cast<int>(world));
+
+  launch::LaunchOptions options;
+  options.argv.push_back(self_executable());
+  for (int i = 1; i < argc; ++i) options.argv.push_back(argv[i]);
+  options.nproc_per_node = flags.nproc_per_node;
+  options.nnodes = flags.nnodes;
+  options.node_rank = flags.node_rank;
+  if (!flags.master_addr.empty()) options.master_addr = flags.master_addr;
+  if (flags.master_port >= 0) options.master_port = flags.master_port;
+  options.log_dir = flags.log_dir;
+  options.grace = std::chrono::milliseconds(static_cast<int64_t>(flags.grace_s * 1000));
+  const bool live = flags.log_dir.empty() && isatty(STDOUT_FILENO) == 1;
+  options.extra_env.push_back({"MFSDP_LIVE_PROGRESS", live ? "1" : "0"});
+  options.extra_env.push_back({"MFSDP_RUN_WORKER", "1"});
+  std::cout.flush();
+  std::cerr.flush();
+  const int status = launch::launch(options);
+  if (status != 0) exit_with(static_cast<ExitCode>(status));
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, int argc, char** argv) {
+  auto flags = std::make_shared<RunFlags>();
+  executor::TrainConfig& t = flags->train;
+  t.data.global_batch = 8;
+  CLI::App* cmd = app.add_subcommand("run", "Train a model by a plan: start the ranks, or be one");
+  cmd->footer(kExamples);
+  // A flag given twice takes its last value, so a wrapper script's defaults can be overridden.
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  cmd->add_option("plan", flags->plan, "Plan file written by mfsdp plan")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--model", t.model_path,
+                  "TorchScript model (default: the model path recorded in the plan)");
+
+  const char* launcher = "Launcher";
+  cmd->add_option("--nproc-per-node", flags->nproc_per_node,
+                  "Workers to start on this node (default: the plan's world size / --nnodes)")
+      ->group(launcher);
+  cmd->add_option("--nnodes", flags->nnodes, "Number of nodes (default 1)")->group(launcher);
+  cmd->add_option("--node-rank", flags->node_rank, "This node's index, 0..nnodes-1 (default 0)")
+      ->group(launcher);
+  cmd->add_option("--master-addr", flags->master_addr,
+                  "Host of rank 0's rendezvous store (default 127.0.0.1)")
+      ->group(launcher);
+  cmd->add_option("--master-port", flags->master_port,
+                  "Its TCP port (default 29500; 0 picks a free one on a single node)")
+      ->group(launcher);
+  cmd->add_option("--log-dir", flags->log_dir,
+                  "Write each rank's output to DIR/rank-N.log instead of prefixing it")
+      ->group(launcher);
+  cmd->add_option("--grace", flags->grace_s,
+                  "Seconds workers get after SIGTERM before SIGKILL (default 10)")
+      ->group(launcher);
+
+  const char* data = "Data and loss";
+  cmd->add_option("--data", flags->data,
+                  "synthetic (default), or a file: .txt bytes, .bin uint16 tokens, .pt tensors")
+      ->group(data);
+  cmd->add_option("--data-kind", flags->data_kind, "Force the kind: synthetic|text|tokens|tensors")
+      ->group(data);
+  cmd->add_option("--seq-len", t.data.seq_len, "Tokens per sample for text and token data")
+      ->group(data);
+  cmd->add_option("--vocab-size", t.vocab_size,
+                  "Token ids must be below it (default: the model's first nn.Embedding; 256 for "
+                  "text)")
+      ->group(data);
+  cmd->add_option("--input-shape", flags->input_shape,
+                  "Synthetic: one sample's input shape, e.g. 64 or 3x32x32")
+      ->group(data);
+  cmd->add_option("--input-dtype", t.data.input_dtype,
+                  "Synthetic: int64 (token ids, default) or float32")
+      ->group(data);
+  cmd->add_option("--loss", t.loss,
+                  "cross_entropy (default; next-token for LMs), mse, or model (forward(input, "
+                  "target) returns the loss)")
+      ->group(data);
+  cmd->add_option("--seed", t.data.seed, "Seed of the data (default 0)")->group(data);
+
+  const char* training = "Training";
+  cmd->add_option("--steps", t.steps, "Optimizer steps")->required()->group(training);
+  cmd->add_option("--global-batch", t.data.global_batch,
+                  "Samples per optimizer step over all ranks and microbatches (default 8)")
+      ->group(training);
+  cmd->add_option("--microbatches", t.data.microbatches,
+                  "Gradient accumulation: microbatches per step and rank (default 1)")
+      ->group(training);
+  cmd->add_option("--optimizer", t.optimizer.kind, "sgd, adam or adamw (default)")->group(training);
+  cmd->add_option("--lr", t.optimizer.lr, "Peak learning rate (default 1e-3)")->group(training);
+  cmd->add_option("--weight-decay", t.optimizer.weight_decay, "Weight decay (default 0)")
+      ->group(training);
+  cmd->add_option("--betas", flags->betas, "Adam betas, e.g. 0.9,0.95 (default 0.9,0.999)")
+      ->group(training);
+  cmd->add_option("--momentum", t.optimizer.momentum, "SGD momentum (default 0)")->group(training);
+  cmd->add_option("--warmup", t.warmup_steps, "Linear warmup steps (default 0)")->group(training);
+  cmd->add_option("--lr-schedule", t.lr_schedule,
+                  "constant (default) or cosine (decays to 10% of --lr at the last step)")
+      ->group(training);
+  cmd->add_option("--clip-grad-norm", flags->clip_grad_norm,
+                  "Clip the global gradient norm to this value (default: no clipping)")
+      ->group(training);
+  cmd->add_flag("--strict-order", t.context.strict_order,
+                "Fail when the first step skips a unit the plan has (default: warn)")
+      ->group(training);
+  cmd->add_option("--collective-timeout", flags->collective_timeout_s,
+                  "Seconds before a stuck collective fails the run (default 1800)")
+      ->group(training);
+
+  const char* outputs = "Checkpoints and outputs";
+  cmd->add_option("--checkpoint-dir", t.checkpoint_dir,
+                  "Directory for checkpoints (step-N/); a filesystem all ranks see")
+      ->group(outputs);
+  cmd->add_option("--checkpoint-every", t.checkpoint_every,
+                  "Save every K steps (default: only at the end)")
+      ->group(outputs);
+  cmd->add_option("--keep-checkpoints", t.keep_checkpoints,
+                  "Newest checkpoints to keep (default 2; 0 keeps all)")
+      ->group(outputs);
+  cmd->add_flag("--resume", t.resume,
+                "Continue from the newest complete checkpoint in --checkpoint-dir (if any)")
+      ->group(outputs);
+  cmd->add_option("--save-model", t.save_model,
+                  "Write the trained model as TorchScript here at the end")
+      ->group(outputs);
+  cmd->add_option("--metrics", t.metrics_path, "Append one JSON line per step and rank here")
+      ->group(outputs);
+  cmd->add_option("--trace", t.trace_path,
+                  "Write a Chrome/Perfetto trace of a few steps (per rank: compute and streams)")
+      ->group(outputs);
+  cmd->add_option("--trace-steps", t.trace_steps, "Steps to trace, from the second (default 3)")
+      ->group(outputs);
+  cmd->add_option("--log-every", t.log_every, "Print a progress line every N steps (default 10)")
+      ->group(outputs);
+  cmd->callback([flags, argc, argv] { run(*flags, argc, argv); });
+}
+
+}  // namespace mfsdp::cli

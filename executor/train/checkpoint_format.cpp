@@ -1,0 +1,274 @@
+#include "executor/train/checkpoint_format.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "schema/digest.h"
+#include "schema/error.h"
+#include "schema/file_descriptor.h"
+#include "schema/plan_rules.h"
+
+namespace mfsdp::executor {
+namespace {
+
+using json = nlohmann::ordered_json;
+using schema::FileDescriptor;
+
+[[noreturn]] void cannot_write(const std::string& path, int error) {
+  fail(ExitCode::kIo, "cannot write " + path + ": " + std::strerror(error));
+}
+
+// Whole file, or nullopt-like empty with `missing` set when it does not exist.
+std::string read_bytes(const std::string& path, bool& missing) {
+  missing = false;
+  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!file.valid()) {
+    if (errno == ENOENT) {
+      missing = true;
+      return {};
+    }
+    fail(ExitCode::kUsage, path + ": cannot read: " + std::strerror(errno));
+  }
+  std::string bytes;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(file.get(), buffer, sizeof buffer);
+    if (n == 0) return bytes;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail(ExitCode::kUsage, path + ": cannot read: " + std::strerror(errno));
+    }
+    bytes.append(buffer, static_cast<size_t>(n));
+  }
+}
+
+// LibTorch's messages carry a C++ backtrace after the first line.
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+void write_tensors(torch::serialize::OutputArchive& archive, const std::string& key,
+                   const std::vector<std::string>& names, const std::vector<at::Tensor>& values) {
+  archive.write(key + "/size", torch::tensor(static_cast<int64_t>(values.size())));
+  for (size_t i = 0; i < values.size(); ++i) {
+    archive.write(key + "/" + std::to_string(i), values[i].detach(), /*is_buffer=*/true);
+    archive.write(key + "/" + std::to_string(i) + "/name", c10::IValue(names[i]));
+  }
+}
+
+void read_tensors(torch::serialize::InputArchive& archive, const std::string& key,
+                  std::vector<std::string>& names, std::vector<at::Tensor>& values) {
+  at::Tensor size;
+  archive.read(key + "/size", size);
+  for (int64_t i = 0; i < size.item<int64_t>(); ++i) {
+    at::Tensor value;
+    c10::IValue name;
+    archive.read(key + "/" + std::to_string(i), value, /*is_buffer=*/true);
+    archive.read(key + "/" + std::to_string(i) + "/name", name);
+    values.push_back(value);
+    names.push_back(name.toStringRef());
+  }
+}
+
+}  // namespace
+
+std::string rank_file_name(int64_t rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank-%05lld.pt", static_cast<long long>(rank));
+  return name;
+}
+
+json rank_entry_to_json(const RankFileEntry& e) {
+  return {{"rank", e.rank}, {"file", e.file}, {"bytes", e.bytes}, {"sha256", e.sha256}};
+}
+
+RankFileEntry rank_entry_from_json(const json& doc, const std::string& where) {
+  try {
+    return {doc.at("rank").get<int64_t>(), doc.at("file").get<std::string>(),
+            doc.at("bytes").get<int64_t>(), doc.at("sha256").get<std::string>()};
+  } catch (const json::exception& e) {
+    fail(ExitCode::kUsage, where + " is damaged (" + e.what() + "); use another checkpoint");
+  }
+}
+
+std::string dump_manifest(const Manifest& m) {
+  nlohmann::ordered_json doc;
+  doc["format"] = kCheckpointFormat;
+  doc["step"] = m.step;
+  doc["mesh"] = {{"world_size", m.mesh.world_size},
+                 {"shard_size", m.mesh.shard_size},
+                 {"replicate_size", m.mesh.replicate_size}};
+  doc["plan"] = {{"file", kPlanFile}, {"sha256", m.plan_sha256}};
+  doc["model"] = {{"path", m.model_path}, {"structural_hash", m.model_structural_hash}};
+  doc["optimizer"] = m.optimizer;
+  doc["config"] = nlohmann::ordered_json::parse(m.config.dump());
+  doc["ranks"] = nlohmann::ordered_json::array();
+  for (const auto& r : m.ranks) doc["ranks"].push_back(rank_entry_to_json(r));
+  return doc.dump(2) + "\n";
+}
+
+Manifest read_manifest(const std::string& checkpoint) {
+  const std::string path = checkpoint + "/" + kManifestFile;
+  bool missing = false;
+  const std::string text = read_bytes(path, missing);
+  if (missing) {
+    fail(ExitCode::kUsage, checkpoint + " is not a checkpoint (it has no " + kManifestFile +
+                               "); pass a step-NNNNNNNN directory that a save completed");
+  }
+  try {
+    const json doc = json::parse(text);
+    const std::string format = doc.at("format").get<std::string>();
+    if (format != kCheckpointFormat) {
+      fail(ExitCode::kUsage, path + " is format '" + format + "' but this build reads " +
+                                 kCheckpointFormat + "; use the mfsdp that wrote it");
+    }
+    Manifest m;
+    m.step = doc.at("step").get<int64_t>();
+    const json& mesh = doc.at("mesh");
+    m.mesh.world_size = mesh.at("world_size").get<int64_t>();
+    m.mesh.shard_size = mesh.at("shard_size").get<int64_t>();
+    m.mesh.replicate_size = mesh.at("replicate_size").get<int64_t>();
+    m.plan_sha256 = doc.at("plan").at("sha256").get<std::string>();
+    m.model_path = doc.at("model").at("path").get<std::string>();
+    m.model_structural_hash = doc.at("model").at("structural_hash").get<std::string>();
+    m.optimizer = doc.at("optimizer");
+    m.config = nlohmann::json::parse(doc.at("config").dump());
+    for (const json& r : doc.at("ranks")) m.ranks.push_back(rank_entry_from_json(r, path));
+    return m;
+  } catch (const json::exception& e) {
+    fail(ExitCode::kUsage, path + " is damaged (" + e.what() + "); use another checkpoint");
+  }
+}
+
+std::string shard_name(const schema::Unit& unit, size_t group) {
+  return unit.name + " group " + std::to_string(group);
+}
+
+std::vector<std::string> trainable_group_names(const schema::Plan& plan) {
+  std::vector<std::string> names;
+  for (const auto& unit : plan.units) {
+    for (size_t g = 0; g < unit.groups.size(); ++g) {
+      if (schema::has_gradient(unit.groups[g])) names.push_back(shard_name(unit, g));
+    }
+  }
+  return names;
+}
+
+RankFileEntry write_rank_file(const std::string& path, const RankState& state,
+                              const ShardedOptimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  archive.write("format", c10::IValue(std::string(kCheckpointFormat)));
+  archive.write("step", torch::tensor(state.step));
+  archive.write("rank", torch::tensor(state.rank));
+  write_tensors(archive, "shards", state.shard_names, state.shards);
+  write_tensors(archive, "buffers", state.buffer_names, state.buffers);
+  archive.write("rng_state", state.rng_state, /*is_buffer=*/true);
+  torch::serialize::OutputArchive optimizer_state(archive.compilation_unit());
+  optimizer.save(optimizer_state);
+  archive.write("optimizer", optimizer_state);
+
+  FileDescriptor file(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+  if (!file.valid()) cannot_write(path, errno);
+  int error = 0;
+  int64_t bytes = 0;
+  try {
+    archive.save_to([&](const void* data, size_t size) -> size_t {
+      const char* at = static_cast<const char*>(data);
+      size_t left = size;
+      while (left > 0) {
+        const ssize_t n = ::write(file.get(), at, left);
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          error = errno;
+          return size - left;  // a short count makes the archive writer fail
+        }
+        at += n;
+        left -= static_cast<size_t>(n);
+      }
+      bytes += static_cast<int64_t>(size);
+      return size;
+    });
+  } catch (const std::exception& e) {
+    if (error != 0) cannot_write(path, error);
+    fail(ExitCode::kIo, "cannot write " + path + ": " + first_line(e.what()));
+  }
+  if (::fsync(file.get()) != 0) cannot_write(path, errno);
+  if (file.close() != 0) cannot_write(path, errno);
+  const size_t slash = path.rfind('/');
+  return {state.rank, slash == std::string::npos ? path : path.substr(slash + 1), bytes,
+          schema::sha256_file_hex(path)};
+}
+
+RankState read_rank_file(const std::string& checkpoint, const RankFileEntry& entry, int64_t step,
+                         c10::optional<at::Device> device) {
+  const std::string path = checkpoint + "/" + entry.file;
+  bool missing = false;
+  const std::string bytes = read_bytes(path, missing);
+  const std::string fix = "; use another checkpoint";
+  if (missing) fail(ExitCode::kUsage, path + " is missing: the checkpoint is incomplete" + fix);
+  if (static_cast<int64_t>(bytes.size()) != entry.bytes) {
+    fail(ExitCode::kUsage, path + " has " + std::to_string(bytes.size()) +
+                               " bytes but the manifest records " + std::to_string(entry.bytes) +
+                               " (truncated or overwritten)" + fix);
+  }
+  if (schema::sha256_hex(bytes) != entry.sha256) {
+    fail(ExitCode::kUsage, path + " does not match its sha256 in the manifest (corrupt)" + fix);
+  }
+  RankState state;
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(bytes.data(), bytes.size(), device);
+    c10::IValue format;
+    archive.read("format", format);
+    if (format.toStringRef() != kCheckpointFormat) {
+      fail(ExitCode::kUsage,
+           path + " is format '" + format.toStringRef() + "', not " + kCheckpointFormat + fix);
+    }
+    at::Tensor value;
+    archive.read("step", value);
+    state.step = value.item<int64_t>();
+    archive.read("rank", value);
+    state.rank = value.item<int64_t>();
+    read_tensors(archive, "shards", state.shard_names, state.shards);
+    read_tensors(archive, "buffers", state.buffer_names, state.buffers);
+    archive.read("rng_state", state.rng_state, /*is_buffer=*/true);
+    archive.read("optimizer", state.optimizer);
+  } catch (const c10::Error& e) {
+    fail(ExitCode::kUsage, path + " cannot be read as a rank file (" +
+                               first_line(e.what_without_backtrace()) + ")" + fix);
+  }
+  if (state.rank != entry.rank || state.step != step) {
+    fail(ExitCode::kUsage, path + " holds rank " + std::to_string(state.rank) + " of step " +
+                               std::to_string(state.step) + ", but the manifest lists it as rank " +
+                               std::to_string(entry.rank) + " of step " + std::to_string(step) +
+                               fix);
+  }
+  return state;
+}
+
+void write_durably(const std::string& path, const std::string& bytes) {
+  FileDescriptor file(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+  if (!file.valid()) cannot_write(path, errno);
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(file.get(), bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      cannot_write(path, errno);
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(file.get()) != 0) cannot_write(path, errno);
+  if (file.close() != 0) cannot_write(path, errno);
+}
+
+void sync_directory(const std::string& dir) {
+  FileDescriptor directory(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (directory.valid()) ::fsync(directory.get());
+}
+
+}  // namespace mfsdp::executor

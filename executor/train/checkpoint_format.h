@@ -1,0 +1,82 @@
+#pragma once
+// The files of one checkpoint directory, shared by save/load (checkpoint.cpp) and export
+// (export.cpp): manifest.json (written last), plan.json (the plan, byte for byte as
+// schema::dump_plan writes it) and one rank-NNNNN.pt per rank. Described in docs/checkpoints.md.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include "executor/train/sharded_optimizer.h"
+#include "schema/plan.h"
+
+namespace mfsdp::executor {
+
+inline constexpr const char* kCheckpointFormat = "mfsdp.checkpoint/1";
+inline constexpr const char* kManifestFile = "manifest.json";
+inline constexpr const char* kPlanFile = "plan.json";
+
+struct RankFileEntry {
+  int64_t rank = 0;
+  std::string file;  // relative to the checkpoint directory
+  int64_t bytes = 0;
+  std::string sha256;
+};
+
+struct Manifest {
+  int64_t step = 0;
+  schema::Mesh mesh;
+  std::string plan_sha256;  // of plan.json's bytes
+  std::string model_path;   // absolute
+  std::string model_structural_hash;
+  nlohmann::ordered_json optimizer;  // the OptimizerConfig, as an object
+  nlohmann::json config;             // TrainingState::config
+  std::vector<RankFileEntry> ranks;
+};
+
+std::string rank_file_name(int64_t rank);  // "rank-00003.pt"
+// Manifests keep their keys in the order written, for people reading them.
+nlohmann::ordered_json rank_entry_to_json(const RankFileEntry& entry);
+RankFileEntry rank_entry_from_json(const nlohmann::ordered_json& doc, const std::string& where);
+std::string dump_manifest(const Manifest& manifest);
+// Error(kUsage) naming the checkpoint when manifest.json is missing, unreadable, not JSON,
+// of another format or lacks a field.
+Manifest read_manifest(const std::string& checkpoint);
+
+// The name a trainable group's shard has in rank files: "<unit> group <g>".
+std::string shard_name(const schema::Unit& unit, size_t group);
+// Shard names of every trainable group of the plan, in plan order (the order of
+// Context::sharded_parameters()).
+std::vector<std::string> trainable_group_names(const schema::Plan& plan);
+
+// What one rank file holds.
+struct RankState {
+  int64_t step = 0;
+  int64_t rank = 0;
+  std::vector<std::string> shard_names;
+  std::vector<at::Tensor> shards;  // this rank's fp32 master shards
+  std::vector<std::string> buffer_names;
+  std::vector<at::Tensor> buffers;           // the rank's model buffers
+  at::Tensor rng_state;                      // the default CPU generator
+  torch::serialize::InputArchive optimizer;  // read back only; ShardedOptimizer::load takes it
+};
+
+// Writes a rank file with `state` (its `optimizer` unused) and the optimizer's state, fsyncs
+// it and returns its entry. Error(kIo) naming the path when it cannot be written.
+RankFileEntry write_rank_file(const std::string& path, const RankState& state,
+                              const ShardedOptimizer& optimizer);
+// Checks the file against its manifest entry (present, same size, same sha256) and reads it,
+// onto `device` if given, else where the tensors were saved. Error(kUsage) naming the file and
+// what is wrong.
+RankState read_rank_file(const std::string& checkpoint, const RankFileEntry& entry, int64_t step,
+                         c10::optional<at::Device> device = c10::nullopt);
+
+// Writes `bytes` to `path` and fsyncs it; Error(kIo) naming the path.
+void write_durably(const std::string& path, const std::string& bytes);
+// fsync of a directory, so the entries made in it survive a crash (best effort).
+void sync_directory(const std::string& dir);
+
+}  // namespace mfsdp::executor

@@ -1,0 +1,147 @@
+#include "executor/train/export.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "executor/train/checkpoint.h"
+#include "executor/train/checkpoint_format.h"
+#include "planner/model_loader.h"
+#include "planner/torch_model.h"
+#include "schema/digest.h"
+#include "schema/error.h"
+#include "schema/plan_json.h"
+#include "schema/plan_rules.h"
+
+namespace mfsdp::executor {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A step directory as given, or the newest complete checkpoint of a directory of them.
+std::string resolve_checkpoint(const std::string& path) {
+  std::error_code error;
+  if (fs::exists(fs::path(path) / kManifestFile, error)) return path;
+  if (!fs::is_directory(path, error)) {
+    fail(ExitCode::kUsage, path +
+                               ": no such checkpoint directory; pass a step-NNNNNNNN directory "
+                               "that training saved, or the directory that holds them");
+  }
+  if (std::optional<std::string> latest = latest_checkpoint(path)) return *latest;
+  fail(ExitCode::kUsage, path +
+                             " is not a checkpoint (it has no manifest.json) and holds no "
+                             "complete one; pass a step-NNNNNNNN directory that a save completed");
+}
+
+// The checkpoint's copy of its plan, checked against the digest in the manifest.
+schema::Plan read_checkpoint_plan(const std::string& checkpoint, const Manifest& manifest) {
+  const std::string path = checkpoint + "/" + kPlanFile;
+  std::error_code error;
+  if (!fs::exists(path, error)) {
+    fail(ExitCode::kUsage, path + " is missing: the checkpoint is damaged; use another one");
+  }
+  if (schema::sha256_file_hex(path) != manifest.plan_sha256) {
+    fail(ExitCode::kUsage,
+         path + " does not match its sha256 in the manifest (damaged); use another checkpoint");
+  }
+  schema::ParseResult parsed = schema::read_plan_file(path);
+  if (!parsed.problems.empty()) {
+    fail(ExitCode::kUsage, path + " is not a valid plan (" + parsed.problems.front().str() +
+                               "); use another checkpoint");
+  }
+  return parsed.plan;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+ExportSummary export_model(const std::string& checkpoint_arg, const std::string& out_path,
+                           const std::string& model_path) {
+  ExportSummary summary;
+  summary.checkpoint = resolve_checkpoint(checkpoint_arg);
+  const std::string& checkpoint = summary.checkpoint;
+  const Manifest manifest = read_manifest(checkpoint);
+  summary.step = manifest.step;
+  const schema::Plan plan = read_checkpoint_plan(checkpoint, manifest);
+
+  summary.model_path = model_path.empty() ? manifest.model_path : model_path;
+  std::error_code error;
+  if (model_path.empty() && !fs::exists(summary.model_path, error)) {
+    fail(ExitCode::kUsage, checkpoint + " was trained from " + summary.model_path +
+                               ", which does not exist any more; pass the model file with --model");
+  }
+  torch::jit::Module module = planner::load_module(summary.model_path);
+  if (planner::structural_hash(planner::extract_model(module, summary.model_path)) !=
+      plan.model.structural_hash) {
+    fail(ExitCode::kUsage, summary.model_path + " does not match the plan of " + checkpoint +
+                               " (its module tree, parameter names, shapes or dtypes differ); "
+                               "pass the model file the run trained with --model");
+  }
+
+  // Replica 0 holds every shard once: ranks 0 .. shard_size-1 are its shard ranks in order.
+  const std::vector<std::string> names = trainable_group_names(plan);
+  std::vector<std::vector<at::Tensor>> shards(names.size());
+  RankState first;
+  for (int64_t rank = 0; rank < plan.mesh.shard_size; ++rank) {
+    const auto entry = std::find_if(manifest.ranks.begin(), manifest.ranks.end(),
+                                    [&](const RankFileEntry& e) { return e.rank == rank; });
+    if (entry == manifest.ranks.end()) {
+      fail(ExitCode::kUsage, checkpoint + "/" + kManifestFile + " lists no file for rank " +
+                                 std::to_string(rank) + "; use another checkpoint");
+    }
+    // On the CPU, whatever device training ran on: export needs no accelerator.
+    RankState state = read_rank_file(checkpoint, *entry, manifest.step, at::kCPU);
+    if (state.shard_names != names) {
+      fail(ExitCode::kUsage, checkpoint + "/" + entry->file +
+                                 " holds shards of another layout than its plan says; use "
+                                 "another checkpoint");
+    }
+    for (size_t i = 0; i < names.size(); ++i) shards[i].push_back(state.shards[i]);
+    if (rank == 0) first = std::move(state);
+  }
+
+  std::map<std::string, at::Tensor> params;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) params[p.name] = p.value;
+  at::NoGradGuard no_grad;
+  size_t next = 0;
+  for (const auto& unit : plan.units) {
+    for (size_t g = 0; g < unit.groups.size(); ++g) {
+      const schema::Group& group = unit.groups[g];
+      if (!schema::has_gradient(group)) continue;  // frozen: the model file's values stand
+      const at::Tensor full = at::cat(shards[next++]);
+      if (full.numel() != group.padded_numel) {
+        fail(ExitCode::kUsage, checkpoint + ": the shards of " + shard_name(unit, g) + " hold " +
+                                   std::to_string(full.numel()) + " elements, its plan " +
+                                   std::to_string(group.padded_numel) + "; use another checkpoint");
+      }
+      for (const auto& p : group.params) {
+        const at::Tensor value = full.narrow(0, p.offset, p.numel).view(p.shape);
+        // Aliases are the same tensor in the module: writing it in place keeps them tied.
+        params.at(p.name).copy_(value);
+      }
+    }
+  }
+  std::map<std::string, at::Tensor> buffers;
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) buffers[b.name] = b.value;
+  for (size_t i = 0; i < first.buffer_names.size(); ++i) {
+    const auto it = buffers.find(first.buffer_names[i]);
+    if (it != buffers.end() && it->second.sizes() == first.buffers[i].sizes()) {
+      it->second.copy_(first.buffers[i]);
+    }
+  }
+
+  std::ostringstream bytes;
+  module.save(bytes, {{"mfsdp_checkpoint.json", read_text(checkpoint + "/" + kManifestFile)}});
+  schema::write_file_atomically(out_path, bytes.str());
+  return summary;
+}
+
+}  // namespace mfsdp::executor

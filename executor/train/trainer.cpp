@@ -1,0 +1,398 @@
+#include "executor/train/trainer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "executor/runtime/timeline.h"
+#include "executor/train/checkpoint.h"
+#include "executor/train/loss.h"
+#include "schema/error.h"
+#include "schema/plan_json.h"
+
+namespace mfsdp::executor {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// kB fields of /proc/self/status ("VmRSS", "VmHWM"), in bytes; 0 when unavailable.
+int64_t status_bytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      return std::atoll(line.c_str() + field.size() + 1) * 1024;
+    }
+  }
+  return 0;
+}
+
+std::string mib(int64_t bytes) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << bytes / (1024.0 * 1024.0) << " MiB";
+  return s.str();
+}
+
+std::string duration_text(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  std::ostringstream out;
+  if (s >= 3600)
+    out << s / 3600 << "h" << std::setw(2) << std::setfill('0') << s % 3600 / 60 << "m";
+  else if (s >= 60)
+    out << s / 60 << "m" << std::setw(2) << std::setfill('0') << s % 60 << "s";
+  else
+    out << s << "s";
+  return out.str();
+}
+
+// The first nn.Embedding's vocabulary: token ids at or above it would index out of range.
+std::optional<int64_t> embedding_rows(const torch::jit::Module& model) {
+  for (const auto& m : model.named_modules()) {
+    const auto type = m.value.type()->name();
+    if (!type || type->name() != "Embedding" || !m.value.hasattr("num_embeddings")) continue;
+    return m.value.attr("num_embeddings").toInt();
+  }
+  return std::nullopt;
+}
+
+// Each rank appends whole lines with one write(2) on an O_APPEND file, so lines of different
+// ranks never interleave (on a local filesystem).
+class MetricsFile {
+ public:
+  MetricsFile(const std::string& path, bool truncate) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0), 0644);
+    if (fd_ < 0) {
+      fail(ExitCode::kIo, "cannot open --metrics file " + path + " (" + std::strerror(errno) +
+                              "); check that its directory exists and is writable");
+    }
+    path_ = path;
+  }
+  ~MetricsFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void write(const nlohmann::json& record) {
+    const std::string line = record.dump() + "\n";
+    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      fail(ExitCode::kIo,
+           "cannot write --metrics file " + path_ + " (" + std::strerror(errno) + ")");
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+struct StepRecord {
+  double local_loss = 0;
+  double loss = 0;
+  double ms = 0;
+  double exposed_ms = 0;
+  std::optional<double> grad_norm;
+};
+
+class Progress {
+ public:
+  Progress(const TrainConfig& config, std::ostream& out, int64_t samples_per_step)
+      : config_(config), out_(out), samples_(samples_per_step) {}
+
+  void step(int64_t step, double lr, const StepRecord& r, double mean_ms) {
+    const int64_t done = step + 1;
+    std::ostringstream line;
+    line << "step " << std::setw(digits()) << done << "/" << config_.steps << "  loss "
+         << std::fixed << std::setprecision(4) << r.loss << "  lr " << std::scientific
+         << std::setprecision(2) << lr << std::fixed << std::setprecision(1) << "  " << r.ms
+         << " ms/step  " << std::setprecision(0) << samples_ / (mean_ms / 1000.0) << " samples/s";
+    if (r.grad_norm) line << "  grad norm " << std::setprecision(3) << *r.grad_norm;
+    line << "  ETA " << duration_text((config_.steps - done) * mean_ms / 1000.0);
+    const bool logged =
+        done % std::max<int64_t>(config_.log_every, 1) == 0 || done == config_.steps || done == 1;
+    if (logged) {
+      out_ << (config_.live_progress ? "\r\033[K" : "") << line.str() << std::endl;
+    } else if (config_.live_progress) {
+      out_ << "\r\033[K" << line.str() << '\r' << std::flush;
+    }
+  }
+
+ private:
+  int digits() const { return static_cast<int>(std::to_string(config_.steps).size()); }
+  const TrainConfig& config_;
+  std::ostream& out_;
+  int64_t samples_;
+};
+
+// The model file with the trained values: parameters by name (tied names share one tensor in
+// the file because they share one in the module), buffers from this rank's model.
+void write_trained_model(const std::string& model_path, torch::jit::Module& trained,
+                         const std::map<std::string, at::Tensor>& params, const std::string& out) {
+  torch::jit::Module module = torch::jit::load(model_path);
+  at::NoGradGuard no_grad;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    p.value.copy_(params.at(p.name));
+  }
+  std::map<std::string, at::Tensor> buffers;
+  for (const auto& b : trained.named_buffers(/*recurse=*/true)) buffers[b.name] = b.value;
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) b.value.copy_(buffers.at(b.name));
+  const std::string temp = out + ".tmp." + std::to_string(::getpid());
+  try {
+    module.save(temp);
+  } catch (const c10::Error& e) {
+    std::remove(temp.c_str());
+    fail(ExitCode::kIo, "cannot write --save-model " + out + " (" + e.what_without_backtrace() +
+                            "); check that its directory exists and is writable");
+  }
+  if (std::rename(temp.c_str(), out.c_str()) != 0) {
+    std::remove(temp.c_str());
+    fail(ExitCode::kIo, "cannot write --save-model " + out + " (" + std::strerror(errno) + ")");
+  }
+}
+
+}  // namespace
+
+nlohmann::json TrainConfig::describe() const {
+  nlohmann::json j = {{"loss", loss},
+                      {"steps", steps},
+                      {"global_batch", data.global_batch},
+                      {"microbatches", data.microbatches},
+                      {"data", data.kind == "synthetic" ? "synthetic" : data.path},
+                      {"data_kind", data.kind},
+                      {"seq_len", data.seq_len},
+                      {"seed", data.seed},
+                      {"optimizer", optimizer.kind},
+                      {"lr", optimizer.lr},
+                      {"weight_decay", optimizer.weight_decay},
+                      {"momentum", optimizer.momentum},
+                      {"betas", {optimizer.beta1, optimizer.beta2}},
+                      {"warmup", warmup_steps},
+                      {"lr_schedule", lr_schedule}};
+  if (clip_grad_norm) j["clip_grad_norm"] = *clip_grad_norm;
+  return j;
+}
+
+void check_train_config(const TrainConfig& config, int world_size) {
+  if (config.steps <= 0) {
+    fail(ExitCode::kUsage, "--steps must be positive, got " + std::to_string(config.steps));
+  }
+  split_batch(config.data.global_batch, world_size, config.data.microbatches);
+  if (config.optimizer.lr <= 0 || !std::isfinite(config.optimizer.lr)) {
+    fail(ExitCode::kUsage, "--lr must be a positive number");
+  }
+  if (config.warmup_steps < 0) fail(ExitCode::kUsage, "--warmup must be 0 or more steps");
+  if (config.lr_schedule != "constant" && config.lr_schedule != "cosine") {
+    fail(ExitCode::kUsage,
+         "--lr-schedule must be constant or cosine, got '" + config.lr_schedule + "'");
+  }
+  if (config.clip_grad_norm && !(*config.clip_grad_norm > 0)) {
+    fail(ExitCode::kUsage, "--clip-grad-norm must be positive");
+  }
+  if (config.checkpoint_every < 0) {
+    fail(ExitCode::kUsage, "--checkpoint-every must be 0 or more steps");
+  }
+  if ((config.checkpoint_every > 0 || config.resume) && config.checkpoint_dir.empty()) {
+    fail(ExitCode::kUsage, std::string(config.resume ? "--resume" : "--checkpoint-every") +
+                               " needs --checkpoint-dir");
+  }
+  if (config.trace_steps <= 0) fail(ExitCode::kUsage, "--trace-steps must be positive");
+  make_optimizer({torch::zeros({1}, torch::requires_grad())}, config.optimizer);
+}
+
+double learning_rate(const TrainConfig& config, int64_t step) {
+  const double lr = config.optimizer.lr;
+  if (step < config.warmup_steps) return lr * static_cast<double>(step + 1) / config.warmup_steps;
+  if (config.lr_schedule == "constant") return lr;
+  const int64_t span = std::max<int64_t>(config.steps - config.warmup_steps - 1, 1);
+  const double progress = std::min(1.0, static_cast<double>(step - config.warmup_steps) / span);
+  const double floor = 0.1 * lr;
+  return floor + 0.5 * (lr - floor) * (1 + std::cos(M_PI * progress));
+}
+
+void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
+  check_train_config(config, env.world_size);
+  ContextOptions options = config.context;
+  options.record_timeline = !config.trace_path.empty();
+  auto ctx = Context::create(config.plan_path, config.model_path, env, options);
+  const bool lead = ctx->rank() == 0;
+  if (Timeline* timeline = ctx->timeline()) timeline->set_enabled(false);
+
+  DataConfig data_config = config.data;
+  data_config.vocab_size = config.vocab_size;
+  if (data_config.vocab_size == 0) {
+    const auto rows = embedding_rows(ctx->model());
+    data_config.vocab_size = data_config.kind == "text" ? 256 : rows.value_or(256);
+  }
+  std::unique_ptr<DataSource> data = open_data(data_config, ctx->rank(), ctx->world_size());
+  const Loss loss(parse_loss(config.loss), data_config);
+  ShardedOptimizer optimizer(*ctx, config.optimizer);
+  const int64_t microbatches = data_config.microbatches;
+
+  TrainingState state;
+  state.config = config.describe();
+  state.model_path = config.model_path;
+  if (config.resume) {
+    if (auto last = latest_checkpoint(config.checkpoint_dir)) {
+      state.step = load_checkpoint(*ctx, optimizer, *last).step;
+      if (lead) out << "resumed from " << *last << " (step " << state.step << ")" << std::endl;
+    } else if (lead) {
+      out << "no checkpoint under " << config.checkpoint_dir << " yet; starting at step 0"
+          << std::endl;
+    }
+  }
+  if (state.step >= config.steps && lead) {
+    out << "nothing to do: the checkpoint is at step " << state.step << " of --steps "
+        << config.steps << std::endl;
+  }
+
+  std::optional<MetricsFile> metrics;
+  if (!config.metrics_path.empty()) {
+    // Rank 0 starts a fresh file (appends when resuming) before any rank writes to it.
+    if (lead) metrics.emplace(config.metrics_path, state.step == 0);
+    ctx->mean_over_ranks(0);
+    if (!lead) metrics.emplace(config.metrics_path, false);
+  }
+
+  const int64_t first_step = state.step;
+  const int64_t trace_first = first_step + (config.steps - first_step > 1 ? 1 : 0);
+  const int64_t trace_end = trace_first + config.trace_steps;
+  if (lead) {
+    out << "mfsdp run: " << ctx->world_size() << " rank(s), " << ctx->plan().units.size()
+        << " units, " << data->describe() << ", global batch " << data_config.global_batch << " = "
+        << ctx->world_size() << " rank(s) x " << microbatches << " microbatch(es) x "
+        << data_config.global_batch / ctx->world_size() / microbatches << std::endl;
+  }
+
+  Progress progress(config, out, data_config.global_batch);
+  double total_ms = 0, total_exposed_ms = 0;
+  int64_t timed = 0;
+  int64_t last_saved = -1;
+  for (int64_t step = state.step; step < config.steps; ++step) {
+    Timeline* timeline = ctx->timeline();
+    if (timeline) timeline->set_enabled(step >= trace_first && step < trace_end);
+    const auto start = Clock::now();
+    const int64_t start_us = Timeline::now_us();
+    const int64_t exposed_before = ctx->stats().exposed_comm_us;
+    const double lr = learning_rate(config, step);
+    optimizer.set_lr(lr);
+
+    StepRecord record;
+    for (int64_t m = 0; m < microbatches; ++m) {
+      microbatch(*ctx, m + 1 == microbatches);
+      const Batch batch = data->batch(step, m);
+      const c10::IValue output = ctx->forward(loss.forward_inputs(batch));
+      const at::Tensor value = loss.compute(output, batch) / static_cast<double>(microbatches);
+      ctx->backward(value);
+      record.local_loss += value.item<double>();
+    }
+    if (config.clip_grad_norm) record.grad_norm = ctx->clip_grad_norm(*config.clip_grad_norm);
+    const int64_t optimizer_us = Timeline::now_us();
+    optimizer.step();
+    ctx->zero_grad();
+    if (timeline) timeline->record("compute", "optimizer step", optimizer_us, Timeline::now_us());
+    record.loss = ctx->mean_over_ranks(record.local_loss);
+    record.ms = ms_since(start);
+    record.exposed_ms = (ctx->stats().exposed_comm_us - exposed_before) / 1000.0;
+    if (timeline)
+      timeline->record("compute", "step " + std::to_string(step + 1), start_us, Timeline::now_us());
+    if (!std::isfinite(record.loss)) {
+      fail(ExitCode::kRuntime, "the loss is " + std::to_string(record.loss) + " at step " +
+                                   std::to_string(step + 1) +
+                                   "; lower --lr, add --warmup or --clip-grad-norm");
+    }
+    // The first step pays for warming up; leave it out of the means when there are others.
+    if (step > first_step || config.steps - first_step == 1) {
+      total_ms += record.ms;
+      total_exposed_ms += record.exposed_ms;
+      ++timed;
+    }
+    const double mean_ms = timed ? total_ms / timed : record.ms;
+    if (metrics) {
+      nlohmann::json j = {{"step", step + 1},
+                          {"rank", ctx->rank()},
+                          {"loss", record.loss},
+                          {"rank_loss", record.local_loss},
+                          {"lr", lr},
+                          {"step_ms", record.ms},
+                          {"exposed_comm_ms", record.exposed_ms},
+                          {"samples_per_s", data_config.global_batch / (record.ms / 1000.0)},
+                          {"peak_unsharded_bytes", ctx->stats().peak_unsharded_bytes},
+                          {"rss_bytes", status_bytes("VmRSS")},
+                          {"time", std::chrono::duration<double>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count()}};
+      if (record.grad_norm) j["grad_norm"] = *record.grad_norm;
+      metrics->write(j);
+    }
+    if (lead) progress.step(step, lr, record, mean_ms);
+    state.step = step + 1;
+    if (config.checkpoint_every > 0 && state.step % config.checkpoint_every == 0) {
+      const std::string path =
+          save_checkpoint(*ctx, optimizer, config.checkpoint_dir, state, config.keep_checkpoints);
+      last_saved = state.step;
+      if (lead) out << "saved " << path << std::endl;
+    }
+  }
+  if (!config.checkpoint_dir.empty() && last_saved != state.step && state.step > first_step) {
+    const std::string path =
+        save_checkpoint(*ctx, optimizer, config.checkpoint_dir, state, config.keep_checkpoints);
+    if (lead) out << "saved " << path << std::endl;
+  }
+  if (!config.save_model.empty()) {
+    const std::map<std::string, at::Tensor> params = ctx->full_parameters();  // every rank
+    if (lead) {
+      write_trained_model(config.model_path, ctx->model(), params, config.save_model);
+      out << "wrote the trained model to " << config.save_model << std::endl;
+    }
+  }
+
+  const ContextStats stats = ctx->stats();
+  const double exposed_pct = total_ms > 0 ? 100.0 * total_exposed_ms / total_ms : 0.0;
+  std::ostringstream mine;
+  mine << status_bytes("VmHWM") << " " << exposed_pct << " " << stats.peak_unsharded_bytes;
+  const std::vector<std::string> ranks = ctx->exchange("run-summary", mine.str());
+  if (Timeline* timeline = ctx->timeline()) {
+    const std::vector<std::string> events =
+        ctx->exchange("trace", trace_events_json(ctx->rank(), timeline->take()));
+    if (lead) {
+      schema::write_file_atomically(config.trace_path, chrome_trace_json(events));
+      out << "wrote the trace of steps " << trace_first + 1 << "-"
+          << std::min(trace_end, config.steps) << " to " << config.trace_path
+          << " (open it in https://ui.perfetto.dev or chrome://tracing)" << std::endl;
+    }
+  }
+  if (!lead || timed == 0) return;
+  double exposed_sum = 0;
+  std::string rss;
+  int64_t worst_peak = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    std::istringstream in(ranks[r]);
+    int64_t hwm = 0, peak = 0;
+    double pct = 0;
+    in >> hwm >> pct >> peak;
+    exposed_sum += pct;
+    worst_peak = std::max(worst_peak, peak);
+    rss += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " " + mib(hwm);
+  }
+  const double mean_ms = total_ms / timed;
+  const int64_t planned = ctx->plan().memory.peak_unsharded_bytes;
+  out << std::fixed << std::setprecision(1) << "done: " << state.step - first_step
+      << " steps; mean step " << mean_ms << " ms; " << std::setprecision(0)
+      << data_config.global_batch / (mean_ms / 1000.0) << " samples/s; exposed communication "
+      << std::setprecision(1) << exposed_sum / ranks.size() << " % of step time" << std::endl;
+  out << "memory: peak unsharded " << worst_peak << " B measured vs " << planned << " B planned"
+      << (worst_peak == planned ? "" : " (differs)") << "; sharded params "
+      << stats.sharded_param_bytes << " B per rank; peak RSS " << rss << std::endl;
+}
+
+}  // namespace mfsdp::executor

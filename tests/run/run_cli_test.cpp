@@ -1,0 +1,306 @@
+// `mfsdp run` as users run it: plan, launch 2 local ranks, train. The loss curve and the
+// trained parameters are compared against plain single-process LibTorch training of the same
+// model on the same global batches (torch::optim, autograd; no executor code).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <future>
+#include <map>
+#include <set>
+
+#include <torch/script.h>
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include "executor/train/data.h"
+#include "executor/train/loss.h"
+#include "executor/train/sharded_optimizer.h"
+#include "executor/train/trainer.h"
+#include "tests/cli/cli_test_support.h"
+
+namespace mfsdp::testing {
+namespace {
+
+const std::string kModel = "tests/fixtures/tied_lm.pt";
+const std::string kCorpus = "examples/tiny_corpus.txt";
+
+std::string plan_for(int world, const std::string& name) {
+  const std::string path = temp_path(name + ".plan.json");
+  const RunResult r = mfsdp({"plan", kModel, "--world-size", std::to_string(world), "--unit",
+                             "layers.*", "--unit", "<root>", "-o", path, "-q"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return path;
+}
+
+// The training flags every run here shares, as a config the reference can read too.
+executor::TrainConfig shared_config(int64_t steps) {
+  executor::TrainConfig c;
+  c.steps = steps;
+  c.data.kind = "text";
+  c.data.path = kRepo + "/" + kCorpus;
+  c.data.seq_len = 16;
+  c.data.global_batch = 12;
+  c.data.microbatches = 2;
+  c.data.seed = 7;
+  c.data.vocab_size = 256;
+  c.optimizer.kind = "sgd";
+  c.optimizer.lr = 0.05;
+  c.optimizer.momentum = 0.9;
+  c.warmup_steps = 2;
+  c.lr_schedule = "cosine";
+  c.clip_grad_norm = 1.0;
+  return c;
+}
+
+std::vector<std::string> run_args(const std::string& plan, const executor::TrainConfig& c) {
+  return {"run",
+          plan,
+          "--data",
+          kCorpus,
+          "--seq-len",
+          std::to_string(c.data.seq_len),
+          "--global-batch",
+          std::to_string(c.data.global_batch),
+          "--microbatches",
+          std::to_string(c.data.microbatches),
+          "--seed",
+          std::to_string(c.data.seed),
+          "--optimizer",
+          c.optimizer.kind,
+          "--lr",
+          "0.05",
+          "--momentum",
+          "0.9",
+          "--warmup",
+          std::to_string(c.warmup_steps),
+          "--lr-schedule",
+          c.lr_schedule,
+          "--clip-grad-norm",
+          "1",
+          "--steps",
+          std::to_string(c.steps),
+          "--master-port",
+          "0",
+          "--collective-timeout",
+          "60"};
+}
+
+std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+struct Reference {
+  std::vector<double> losses;
+  std::map<std::string, at::Tensor> params;
+};
+
+// One process, the whole global batch at once: what 2 ranks x 2 microbatches must equal.
+Reference train_reference(const executor::TrainConfig& config) {
+  torch::jit::Module model = torch::jit::load(kRepo + "/" + kModel);
+  model.train();
+  std::vector<at::Tensor> params;
+  std::set<const void*> seen;
+  for (const auto& p : model.parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+  }
+  auto optimizer = executor::make_optimizer(params, config.optimizer);
+  executor::DataConfig data = config.data;
+  data.microbatches = 1;
+  auto source = executor::open_data(data, 0, 1);
+  const executor::Loss loss(executor::LossKind::kCrossEntropy, data);
+  Reference out;
+  for (int64_t step = 0; step < config.steps; ++step) {
+    for (auto& group : optimizer->param_groups()) {
+      static_cast<torch::optim::SGDOptions&>(group.options())
+          .lr(executor::learning_rate(config, step));
+    }
+    const executor::Batch batch = source->batch(step, 0);
+    const at::Tensor value = loss.compute(model.forward(loss.forward_inputs(batch)), batch);
+    optimizer->zero_grad();
+    value.backward();
+    torch::nn::utils::clip_grad_norm_(params, *config.clip_grad_norm);
+    optimizer->step();
+    out.losses.push_back(value.item<double>());
+  }
+  for (const auto& p : model.named_parameters()) out.params[p.name] = p.value.detach().clone();
+  return out;
+}
+
+std::vector<nlohmann::json> metric_lines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::map<std::string, at::Tensor> saved_parameters(const std::string& path) {
+  std::map<std::string, at::Tensor> out;
+  torch::jit::Module m = torch::jit::load(path);
+  for (const auto& p : m.named_parameters()) out[p.name] = p.value.detach();
+  return out;
+}
+
+// A TCP port that was free a moment ago (node 0's launcher checks it again).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof address;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), size), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size), 0);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+double relative_difference(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = std::max(b.abs().max().item<double>(), 1e-12);
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / scale;
+}
+
+TEST(RunCli, TwoRanksTrainLikeOneProcessOnTheGlobalBatch) {
+  const executor::TrainConfig config = shared_config(6);
+  const std::string plan = plan_for(2, "run_parity");
+  const std::string metrics = temp_path("run_parity.jsonl");
+  const std::string saved = temp_path("run_parity_trained.pt");
+  const RunResult r = mfsdp(with(run_args(plan, config), {"--nproc-per-node", "2", "--metrics",
+                                                          metrics, "--save-model", saved}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[rank 0] done: 6 steps"), std::string::npos) << r.out;
+
+  const Reference reference = train_reference(config);
+  std::map<int64_t, double> losses;  // step -> loss, from rank 0's lines
+  int64_t lines_per_rank[2] = {0, 0};
+  for (const auto& j : metric_lines(metrics)) {
+    const int rank = j.at("rank").get<int>();
+    ASSERT_TRUE(rank == 0 || rank == 1) << j.dump();
+    ++lines_per_rank[rank];
+    for (const char* field :
+         {"step", "loss", "rank_loss", "lr", "grad_norm", "step_ms", "exposed_comm_ms",
+          "samples_per_s", "peak_unsharded_bytes", "rss_bytes", "time"}) {
+      EXPECT_TRUE(j.contains(field)) << field << " missing in " << j.dump();
+    }
+    if (rank == 0) losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+  }
+  EXPECT_EQ(lines_per_rank[0], 6);
+  EXPECT_EQ(lines_per_rank[1], 6);
+  ASSERT_EQ(losses.size(), reference.losses.size());
+  for (size_t s = 0; s < reference.losses.size(); ++s) {
+    EXPECT_NEAR(losses.at(static_cast<int64_t>(s) + 1), reference.losses[s],
+                1e-5 * std::abs(reference.losses[s]))
+        << "step " << s + 1;
+  }
+  EXPECT_LT(reference.losses.back(), reference.losses.front());  // it learned something
+
+  const auto trained = saved_parameters(saved);
+  ASSERT_EQ(trained.size(), reference.params.size());
+  for (const auto& [name, want] : reference.params) {
+    ASSERT_TRUE(trained.count(name)) << name;
+    EXPECT_LE(relative_difference(trained.at(name), want), 1e-5) << name;
+  }
+  // The exported file keeps the tie: one tensor under both names.
+  torch::jit::Module m = torch::jit::load(saved);
+  EXPECT_EQ(m.attr("lm_head").toModule().attr("weight").toTensor().data_ptr(),
+            m.attr("wte").toModule().attr("weight").toTensor().data_ptr());
+}
+
+TEST(RunCli, ResumingFromACheckpointIsBitExact) {
+  const executor::TrainConfig config = shared_config(4);
+  const std::string plan = plan_for(2, "run_resume");
+  const std::string straight = temp_path("run_resume_straight.pt");
+  const std::string resumed = temp_path("run_resume_resumed.pt");
+  const std::string dir_a = temp_path("run_resume_a"), dir_b = temp_path("run_resume_b");
+  std::filesystem::remove_all(dir_a);
+  std::filesystem::remove_all(dir_b);
+
+  const RunResult a =
+      mfsdp(with(run_args(plan, config), {"--checkpoint-dir", dir_a, "--save-model", straight}));
+  ASSERT_EQ(a.exit_code, 0) << a.out << a.err;
+  // Interrupted after 2 steps (the end-of-run checkpoint), then resumed to 4.
+  std::vector<std::string> first = run_args(plan, shared_config(2));
+  const RunResult b1 = mfsdp(with(first, {"--checkpoint-dir", dir_b}));
+  ASSERT_EQ(b1.exit_code, 0) << b1.out << b1.err;
+  const RunResult b2 = mfsdp(with(
+      run_args(plan, config), {"--checkpoint-dir", dir_b, "--resume", "--save-model", resumed}));
+  ASSERT_EQ(b2.exit_code, 0) << b2.out << b2.err;
+  EXPECT_NE(b2.out.find("resumed from"), std::string::npos) << b2.out;
+
+  const auto want = saved_parameters(straight);
+  const auto got = saved_parameters(resumed);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, value] : want) {
+    EXPECT_TRUE(torch::equal(got.at(name), value)) << name << " differs after resuming";
+  }
+}
+
+TEST(RunCli, TwoLaunchersMakeATwoNodeRun) {
+  const executor::TrainConfig config = shared_config(2);
+  const std::string plan = plan_for(2, "run_two_nodes");
+  const RunResult probe = mfsdp(with(run_args(plan, config), {"--nproc-per-node", "2"}));
+  ASSERT_EQ(probe.exit_code, 0) << probe.err;
+  const std::string port = std::to_string(free_port());
+  auto node = [&](int rank) {
+    std::vector<std::string> args = run_args(plan, config);
+    args.resize(args.size() - 4);  // drop --master-port 0 and the timeout
+    return mfsdp(
+        with(args, {"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "1",
+                    "--master-port", port, "--collective-timeout", "60"}));
+  };
+  auto second = std::async(std::launch::async, node, 1);
+  const RunResult first = node(0);
+  const RunResult other = second.get();
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  ASSERT_EQ(other.exit_code, 0) << other.out << other.err;
+  // Node 0 holds rank 0, which reports; node 1 holds rank 1. Same losses as one launcher.
+  const auto last_loss = [](const std::string& out) {
+    const auto at = out.find("step 2/2  loss ");
+    return at == std::string::npos ? std::string() : out.substr(at, 24);
+  };
+  EXPECT_NE(last_loss(first.out), "");
+  EXPECT_EQ(last_loss(first.out), last_loss(probe.out));
+  EXPECT_EQ(other.out.find("[rank 0]"), std::string::npos) << other.out;
+}
+
+TEST(RunCli, TraceShowsEveryRanksComputeAndStreamsWithOverlappingGathers) {
+  const std::string plan = plan_for(2, "run_trace");
+  const std::string trace = temp_path("run_trace.json");
+  const RunResult r = mfsdp(with(run_args(plan, shared_config(4)), {"--trace", trace}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json events = nlohmann::json::parse(read_file(trace)).at("traceEvents");
+  std::map<std::pair<int, int>, std::string> track_names;
+  for (const auto& e : events) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") {
+      track_names[{e.at("pid").get<int>(), e.at("tid").get<int>()}] =
+          e.at("args").at("name").get<std::string>();
+    }
+  }
+  for (int rank : {0, 1}) {
+    EXPECT_EQ(track_names[std::make_pair(rank, 0)], "compute");
+    EXPECT_EQ(track_names[std::make_pair(rank, 1)], "all_gather stream");
+    EXPECT_EQ(track_names[std::make_pair(rank, 2)], "reduce_scatter stream");
+  }
+  // Prefetching: some all-gather runs while compute is inside a unit's forward.
+  bool overlap = false;
+  for (const auto& gather : events) {
+    if (gather.at("ph") != "X" || gather.at("tid") != 1) continue;
+    EXPECT_GT(gather.at("args").at("bytes").get<int64_t>(), 0);
+    const int64_t g0 = gather.at("ts"), g1 = g0 + gather.at("dur").get<int64_t>();
+    for (const auto& fwd : events) {
+      if (fwd.at("ph") != "X" || fwd.at("pid") != gather.at("pid") || fwd.at("tid") != 0 ||
+          fwd.at("name").get<std::string>().rfind("forward ", 0) != 0) {
+        continue;
+      }
+      const int64_t f0 = fwd.at("ts"), f1 = f0 + fwd.at("dur").get<int64_t>();
+      overlap = overlap || (g0 < f1 && f0 < g1);
+    }
+  }
+  EXPECT_TRUE(overlap);
+}
+
+}  // namespace
+}  // namespace mfsdp::testing

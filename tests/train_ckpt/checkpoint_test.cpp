@@ -1,0 +1,243 @@
+// Checkpoints of real 2-rank training runs: resuming is bit-exact, mismatched or damaged
+// checkpoints are refused on every rank, and a crashed save never looks like a checkpoint.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include <torch/script.h>
+
+#include "executor/train/checkpoint.h"
+#include "executor/train/checkpoint_format.h"
+#include "tests/executor/parity_config.h"
+#include "tests/train_ckpt/checkpoint_runs.h"
+
+namespace mfsdp::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Trained {
+  std::map<std::string, at::Tensor> params;
+  std::vector<double> losses;
+};
+
+Trained read_result(const std::string& path) {
+  Trained t;
+  load_parity_result(path, t.params, t.losses);
+  return t;
+}
+
+// Names of the parameters whose values differ between two results.
+std::vector<std::string> differing(const Trained& a, const Trained& b) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : a.params) {
+    if (!b.params.count(name) || !torch::equal(value, b.params.at(name))) names.push_back(name);
+  }
+  return names;
+}
+
+TEST(CheckpointResume, ContinuesBitForBitOnTwoRanks) {
+  const std::string dir = fresh_dir("resume");
+  WorkerRun straight;
+  straight.plan = plan_tied_lm(dir, "plan.json", 2);
+  straight.steps = 6;
+  straight.out = dir + "/straight.pt";
+  straight.dir = dir + "/ckpt";
+  straight.save_every = 3;
+  std::vector<RankResult> ranks = run_workers(straight);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << report(ranks);
+  ASSERT_TRUE(fs::exists(dir + "/ckpt/step-00000003/manifest.json"));
+  ASSERT_TRUE(fs::exists(dir + "/ckpt/step-00000006/manifest.json"));
+
+  WorkerRun resumed = straight;
+  resumed.out = dir + "/resumed.pt";
+  resumed.save_every = 0;
+  resumed.dir.clear();
+  resumed.resume = dir + "/ckpt/step-00000003";
+  ranks = run_workers(resumed);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << report(ranks);
+  EXPECT_NE(ranks[0].out.find("resumed at step 3"), std::string::npos) << report(ranks);
+
+  const Trained a = read_result(straight.out);
+  const Trained b = read_result(resumed.out);
+  ASSERT_EQ(a.params.size(), b.params.size());
+  EXPECT_EQ(differing(a, b), std::vector<std::string>{});
+  ASSERT_EQ(a.losses.size(), 6u);
+  ASSERT_EQ(b.losses.size(), 3u);
+  for (size_t s = 0; s < 3; ++s) EXPECT_EQ(a.losses[3 + s], b.losses[s]) << "step " << 3 + s;
+
+  // The comparison can fail: training moved the weights, and the dropout masks (the default
+  // generator the checkpoint restores) change the result when they are drawn afresh.
+  torch::jit::Module initial = torch::jit::load(fixture_path("tied_lm.pt"));
+  EXPECT_FALSE(torch::equal(initial.attr("wte").toModule().attr("weight").toTensor(),
+                            a.params.at("wte.weight")));
+  WorkerRun reseeded = resumed;
+  reseeded.out = dir + "/reseeded.pt";
+  reseeded.reseed = true;
+  ranks = run_workers(reseeded);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << report(ranks);
+  EXPECT_FALSE(differing(a, read_result(reseeded.out)).empty());
+}
+
+// A checkpoint of 1 step on 2 ranks, then a resume with `run` changed by `change`.
+std::vector<RankResult> resume_after(
+    const std::string& name, const std::function<void(const std::string&, WorkerRun&)>& change) {
+  const std::string dir = fresh_dir(name);
+  const std::string checkpoint = trained_checkpoint(dir, 1);
+  WorkerRun run;
+  run.plan = dir + "/plan.json";
+  run.steps = 2;
+  run.out = dir + "/resumed.pt";
+  run.resume = checkpoint;
+  change(checkpoint, run);
+  return run_workers(run);
+}
+
+// Every rank fails with exit 2 and one line; `rank_text[r]` is in rank r's message.
+void expect_refused(const std::vector<RankResult>& ranks,
+                    const std::vector<std::string>& rank_text) {
+  ASSERT_EQ(ranks.size(), rank_text.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    EXPECT_EQ(ranks[r].exit_code, 2) << report(ranks);
+    EXPECT_EQ(line_count(ranks[r].err), 1u) << report(ranks);
+    EXPECT_NE(ranks[r].err.find(rank_text[r]), std::string::npos) << rank_text[r] << "\n"
+                                                                  << report(ranks);
+  }
+}
+
+TEST(CheckpointLoad, RefusesAnotherPlan) {
+  const auto ranks = resume_after("other_plan", [](const std::string&, WorkerRun& run) {
+    run.plan = plan_tied_lm(fs::path(run.plan).parent_path().string(), "prefetch2.json", 2, 2);
+  });
+  const std::string text =
+      "was saved with another plan (its policy or schedule differs; plan sha256 ";
+  expect_refused(ranks, {text, text});
+  for (const auto& r : ranks) EXPECT_NE(r.err.find("resume it with "), std::string::npos);
+}
+
+TEST(CheckpointLoad, RefusesAnotherWorldSize) {
+  const auto ranks = resume_after("other_world", [](const std::string&, WorkerRun& run) {
+    run.plan = plan_tied_lm(fs::path(run.plan).parent_path().string(), "one_rank.json", 1);
+    run.world = 1;
+  });
+  expect_refused(ranks, {"was saved by 2 rank(s) but this run has 1; resume it with 2 ranks"});
+}
+
+TEST(CheckpointLoad, RefusesMissingRankFileOnEveryRank) {
+  const auto ranks = resume_after("missing", [](const std::string& checkpoint, WorkerRun&) {
+    fs::remove(checkpoint + "/rank-00001.pt");
+  });
+  expect_refused(ranks, {"another rank could not load its part",
+                         "rank-00001.pt is missing: the checkpoint is incomplete"});
+}
+
+TEST(CheckpointLoad, RefusesTruncatedRankFile) {
+  const auto ranks = resume_after("truncated", [](const std::string& checkpoint, WorkerRun&) {
+    const std::string file = checkpoint + "/rank-00000.pt";
+    fs::resize_file(file, fs::file_size(file) / 2);
+  });
+  expect_refused(ranks, {"rank-00000.pt has ", "another rank could not load its part"});
+  EXPECT_NE(ranks[0].err.find("bytes but the manifest records"), std::string::npos);
+}
+
+TEST(CheckpointLoad, RefusesCorruptRankFile) {
+  const auto ranks = resume_after("corrupt", [](const std::string& checkpoint, WorkerRun&) {
+    std::fstream file(checkpoint + "/rank-00001.pt",
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(static_cast<std::streamoff>(fs::file_size(checkpoint + "/rank-00001.pt") / 2));
+    const char byte = static_cast<char>(file.get());
+    file.seekp(-1, std::ios::cur);
+    file.put(static_cast<char>(byte ^ 0x40));
+  });
+  expect_refused(ranks, {"another rank could not load its part",
+                         "rank-00001.pt does not match its sha256 in the manifest (corrupt)"});
+}
+
+// What a save that crashed before its rename leaves: a temp directory, even one whose
+// manifest was already written.
+void leave_crashed_save(const std::string& dir, int64_t step) {
+  const std::string temp = dir + "/." + executor::checkpoint_name(step) + ".saving.tmp";
+  fs::create_directories(temp);
+  executor::Manifest manifest;
+  manifest.step = step;
+  std::ofstream(temp + "/manifest.json") << executor::dump_manifest(manifest);
+  std::ofstream(temp + "/rank-00000.pt") << "half a rank file";
+}
+
+std::set<std::string> entries(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+TEST(CheckpointSave, IgnoresAndRemovesCrashedSavesAndKeepsTheNewest) {
+  const std::string dir = fresh_dir("crash");
+  const std::string ckpt = dir + "/ckpt";
+  leave_crashed_save(ckpt, 2);
+  leave_crashed_save(ckpt, 7);
+  EXPECT_EQ(executor::latest_checkpoint(ckpt), std::nullopt);
+
+  WorkerRun run;
+  run.plan = plan_tied_lm(dir, "plan.json", 2);
+  run.steps = 4;
+  run.out = dir + "/trained.pt";
+  run.dir = ckpt;
+  run.save_every = 1;
+  run.keep = 2;
+  const std::vector<RankResult> ranks = run_workers(run);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << report(ranks);
+
+  EXPECT_EQ(entries(ckpt), (std::set<std::string>{"step-00000003", "step-00000004"}));
+  EXPECT_EQ(executor::latest_checkpoint(ckpt), ckpt + "/step-00000004");
+  const std::string latest = ckpt + "/step-00000004";
+  EXPECT_EQ(entries(latest), (std::set<std::string>{"manifest.json", "plan.json", "rank-00000.pt",
+                                                    "rank-00001.pt"}));
+  const executor::Manifest manifest = executor::read_manifest(latest);
+  EXPECT_EQ(manifest.step, 4);
+  EXPECT_EQ(manifest.mesh.world_size, 2);
+  EXPECT_EQ(manifest.config.at("steps"), 4);
+  EXPECT_EQ(manifest.optimizer.at("kind"), "adamw");
+  EXPECT_EQ(manifest.model_path, fixture_path("tied_lm.pt"));
+  ASSERT_EQ(manifest.ranks.size(), 2u);
+  for (const auto& r : manifest.ranks) {
+    EXPECT_EQ(r.file, executor::rank_file_name(r.rank));
+    EXPECT_EQ(static_cast<uintmax_t>(r.bytes), fs::file_size(latest + "/" + r.file));
+  }
+}
+
+TEST(LatestCheckpoint, PicksTheHighestCompleteStep) {
+  const std::string dir = fresh_dir("latest");
+  const auto make = [&](const std::string& name, int64_t step, const std::string& manifest) {
+    fs::create_directories(dir + "/" + name);
+    executor::Manifest m;
+    m.step = step;
+    if (manifest == "valid")
+      std::ofstream(dir + "/" + name + "/manifest.json") << executor::dump_manifest(m);
+    if (manifest == "damaged") std::ofstream(dir + "/" + name + "/manifest.json") << "{\"format\":";
+  };
+  make("step-00000002", 2, "valid");
+  make("step-00000010", 10, "valid");
+  make("step-00000011", 11, "none");  // not renamed into place by a save
+  make("step-00000012", 12, "damaged");
+  make("step-00000013", 9, "valid");  // its manifest is another step's
+  make(".step-00000014.saving.tmp", 14, "valid");
+  make("step-9", 9, "valid");  // not a checkpoint name
+  EXPECT_EQ(executor::latest_checkpoint(dir), dir + "/step-00000010");
+}
+
+TEST(LatestCheckpoint, NoneInAMissingOrEmptyDirectory) {
+  const std::string dir = fresh_dir("none");
+  EXPECT_EQ(executor::latest_checkpoint(dir), std::nullopt);
+  EXPECT_EQ(executor::latest_checkpoint(dir + "/absent"), std::nullopt);
+}
+
+TEST(CheckpointName, HasAtLeastEightDigits) {
+  EXPECT_EQ(executor::checkpoint_name(42), "step-00000042");
+  EXPECT_EQ(executor::checkpoint_name(123456789), "step-123456789");
+}
+
+}  // namespace
+}  // namespace mfsdp::testing

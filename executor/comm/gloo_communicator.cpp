@@ -58,6 +58,9 @@ int GlooCommunicator::size() const {
 template <typename Collective>
 void GlooCommunicator::enqueue(std::string what, size_t bytes, Collective collective) {
   std::string label = "rank " + std::to_string(global_rank_) + ": " + what + " on " + name_;
+  // The stream keeps its own copy: moving `what` in the same call as the capture would leave
+  // the capture empty when the argument is evaluated first.
+  std::string stream_what = what;
   stream_.enqueue(
       [label = std::move(label), collective = std::move(collective), timeline = timeline_,
        track = stream_.name(), what, bytes] {
@@ -76,7 +79,7 @@ void GlooCommunicator::enqueue(std::string what, size_t bytes, Collective collec
         }
         throw Error(ExitCode::kRuntime, label + " failed: " + reason);
       },
-      std::move(what));
+      std::move(stream_what));
 }
 
 void GlooCommunicator::all_gather(const void* in, void* out, size_t bytes, std::string what) {

@@ -289,6 +289,7 @@ TEST(RunCli, TraceShowsEveryRanksComputeAndStreamsWithOverlappingGathers) {
   for (const auto& gather : events) {
     if (gather.at("ph") != "X" || gather.at("tid") != 1) continue;
     EXPECT_GT(gather.at("args").at("bytes").get<int64_t>(), 0);
+    EXPECT_EQ(gather.at("name").get<std::string>().rfind("all-gather of ", 0), 0u) << gather;
     const int64_t g0 = gather.at("ts"), g1 = g0 + gather.at("dur").get<int64_t>();
     for (const auto& fwd : events) {
       if (fwd.at("ph") != "X" || fwd.at("pid") != gather.at("pid") || fwd.at("tid") != 0 ||
@@ -300,6 +301,14 @@ TEST(RunCli, TraceShowsEveryRanksComputeAndStreamsWithOverlappingGathers) {
     }
   }
   EXPECT_TRUE(overlap);
+  size_t reduce_scatters = 0;
+  for (const auto& e : events) {
+    if (e.at("ph") == "X" && e.at("tid") == 2) {
+      EXPECT_EQ(e.at("name").get<std::string>().rfind("reduce-scatter of ", 0), 0u) << e;
+      ++reduce_scatters;
+    }
+  }
+  EXPECT_GT(reduce_scatters, 0u);
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // into a plan file, plus a short summary for the person who ran it.
 #include "cli/plan_command.h"
 
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +39,7 @@ struct PlanFlags {
   bool unified_stream = false;
   int64_t align_bytes = 16;
   std::vector<std::string> trace_inputs;
+  std::string training_file;
   bool quiet = false;
   bool json_summary = false;
 };
@@ -58,6 +61,9 @@ Examples:
 
   # Settle branches and loops by running one step on a 2x64 batch of token ids (and time it):
   mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --trace-input 2x64:int64
+
+  # Record training defaults for mfsdp run (its flags win), e.g. {"steps": 1000, "lr": 3e-4}:
+  mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --training train.json
 
 Selectors: '*' matches one path segment, '**' any number; '<root>' (or '') is the model.
 Units register in flag order, then definition order within a glob (layers.9 before layers.10).
@@ -113,6 +119,9 @@ void print_summary(const schema::Plan& plan, const std::string& output) {
         << (differs.empty() ? "same calls and orders as the static estimate"
                             : "differs from the static estimate in " + join(differs, ", "))
         << ")\n";
+  }
+  if (plan.training) {
+    err << "  training     " << schema::training_to_json(*plan.training).dump() << "\n";
   }
   err << "  per rank     params " << format_bytes(plan.memory.sharded_param_bytes) << ", grads "
       << format_bytes(plan.memory.sharded_grad_bytes) << " (sharded)\n";
@@ -187,6 +196,20 @@ void check_policy_flags(const schema::Policy& policy) {
   }
 }
 
+schema::Training read_training_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(ExitCode::kUsage, path + ": cannot open the --training file (does it exist?)");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(ExitCode::kUsage, path + ": not valid JSON (" + e.what() + ")");
+  }
+  return schema::training_from_json(doc, path, "");
+}
+
 void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   planner::ScopeFile scope_file;
   const bool has_scope_file = !flags.scope_file.empty();
@@ -257,7 +280,9 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
     for (int m : modules) unit_paths.push_back(model.ir().modules[m].path);
     scope.use_trace(planner::trace_units(flags.model, unit_paths, trace_inputs));
   }
-  const schema::Plan plan = scope.finalize();
+  schema::Plan plan = scope.finalize();
+  plan.training =
+      flags.training_file.empty() ? scope_file.training : read_training_file(flags.training_file);
   for (const auto& d : plan.diagnostics) {
     // A plan from the command line is run as the whole model: every parameter needs a unit.
     if (d.code == "ownership.unmanaged") {
@@ -320,6 +345,10 @@ void add_plan_command(CLI::App& app) {
                   "Run one forward/backward on a tensor of this SHAPE[:DTYPE] (e.g. 2x64:int64; "
                   "one per forward argument, in order) and plan the unit calls and orders it "
                   "observes; records per-unit times")
+      ->allow_extra_args(false);
+  cmd->add_option("--training", flags->training_file,
+                  "JSON file of training defaults for mfsdp run (steps, global_batch, lr, ...; "
+                  "docs/plan-format.md#training), written into the plan; run's flags win")
       ->allow_extra_args(false);
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing on success");
   cmd->add_flag("--json-summary", flags->json_summary,

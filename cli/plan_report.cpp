@@ -305,6 +305,14 @@ std::vector<std::vector<std::string>> gathers_in_flight(const schema::Plan& plan
   return result;
 }
 
+// Only plans made with --training (or a scope file's training) have this section.
+void write_training(std::ostream& out, const schema::Plan& plan) {
+  if (!plan.training) return;
+  out << "\n"
+      << pad("training", kLabelWidth) << schema::training_to_json(*plan.training).dump()
+      << " (defaults for mfsdp run; its flags win)\n";
+}
+
 std::string render_plan_text(const schema::Plan& plan, const std::string& file) {
   std::ostringstream out;
   write_header(out, plan, file);
@@ -313,6 +321,7 @@ std::string render_plan_text(const schema::Plan& plan, const std::string& file) 
   write_memory_and_communication(out, plan);
   write_diagnostics(out, plan);
   write_trace(out, plan);
+  write_training(out, plan);
   return out.str();
 }
 
@@ -368,6 +377,7 @@ ordered_json plan_report_json(const schema::Plan& plan, const std::string& file)
   diagnostics["items"] = whole["diagnostics"];
   report["diagnostics"] = diagnostics;
   if (plan.trace) report["trace"] = whole["trace"];
+  if (plan.training) report["training"] = whole["training"];
   return report;
 }
 

@@ -24,6 +24,7 @@ struct RunFlags {
   std::string data = "synthetic";
   std::string data_kind;
   std::string input_shape;
+  std::string input_dtype;  // empty: int64, or the plan's traced input's
   std::string betas;
   double clip_grad_norm = 0;
   double collective_timeout_s = 1800;
@@ -58,6 +59,8 @@ Examples:
   # Under torchrun or srun each process runs as the rank it was given:
   torchrun --nproc-per-node 8 $(which mfsdp-torch) run gpt.plan.json ...
 
+Defaults: a plan made with mfsdp plan --training FILE carries training values (steps, lr, ...);
+flags given here win over them.
 Data: synthetic, a text file (.txt, bytes), nanoGPT tokens (.bin, uint16) or torch.save'd
 tensors (.pt); the global batch is the same for any number of ranks (docs/data.md).
 Exit codes: 0 ok, 2 bad flags or inputs, 3 model cannot be loaded, 5 cannot write,
@@ -100,18 +103,81 @@ std::string self_executable() {
   return path;
 }
 
+schema::Plan load_plan(const std::string& path) {
+  schema::ParseResult parsed = schema::read_plan_file(path);
+  if (!parsed.problems.empty()) {
+    fail(ExitCode::kUsage, path + ": not a valid plan (" + parsed.problems.front().str() +
+                               "); run mfsdp validate " + path);
+  }
+  return std::move(parsed.plan);
+}
+
+// Synthetic inputs shaped like the plan's first --trace-input (its batch dimension dropped),
+// when the flags give no shape: "2x64:int64" gives samples of 64 token ids.
+void use_traced_input(const schema::Plan& plan, const std::string& dtype_flag,
+                      executor::DataConfig& data) {
+  if (!plan.trace || plan.trace->inputs.empty()) return;
+  const std::string& spec = plan.trace->inputs.front();
+  const size_t colon = spec.find(':');
+  const std::string dtype = colon == std::string::npos ? "float32" : spec.substr(colon + 1);
+  std::vector<int64_t> shape;
+  try {
+    shape = parse_shape(spec.substr(0, colon));
+  } catch (const Error&) {
+    shape.clear();
+  }
+  const bool integral = dtype == "int64" || dtype == "int32" || dtype == "int16" ||
+                        dtype == "int8" || dtype == "uint8";
+  if (shape.size() < 2 || !(integral || dtype == "float32")) {
+    fail(ExitCode::kUsage, "the plan's traced input " + spec +
+                               " cannot shape synthetic data (it needs a batch dimension and "
+                               "int64 or float32); pass --input-shape and --input-dtype");
+  }
+  data.sample_shape.assign(shape.begin() + 1, shape.end());
+  if (dtype_flag.empty()) data.input_dtype = integral ? "int64" : "float32";
+}
+
+// The plan's training section fills in what the command line did not give.
+void apply_training(const schema::Training& t, const CLI::App& cmd, RunFlags& flags,
+                    executor::TrainConfig& config) {
+  const auto unset = [&cmd](const char* flag) { return cmd.count(flag) == 0; };
+  if (t.steps && unset("--steps")) config.steps = *t.steps;
+  if (t.global_batch && unset("--global-batch")) config.data.global_batch = *t.global_batch;
+  if (t.microbatches && unset("--microbatches")) config.data.microbatches = *t.microbatches;
+  if (t.optimizer && unset("--optimizer")) config.optimizer.kind = *t.optimizer;
+  if (t.lr && unset("--lr")) config.optimizer.lr = *t.lr;
+  if (t.weight_decay && unset("--weight-decay")) config.optimizer.weight_decay = *t.weight_decay;
+  if (t.betas && t.betas->size() == 2 && unset("--betas")) {
+    config.optimizer.beta1 = (*t.betas)[0];
+    config.optimizer.beta2 = (*t.betas)[1];
+  }
+  if (t.momentum && unset("--momentum")) config.optimizer.momentum = *t.momentum;
+  if (t.warmup && unset("--warmup")) config.warmup_steps = *t.warmup;
+  if (t.lr_schedule && unset("--lr-schedule")) config.lr_schedule = *t.lr_schedule;
+  if (t.clip_grad_norm && unset("--clip-grad-norm")) flags.clip_grad_norm = *t.clip_grad_norm;
+  if (t.loss && unset("--loss")) config.loss = *t.loss;
+  if (t.seed && unset("--seed")) config.data.seed = static_cast<uint64_t>(*t.seed);
+}
+
 // The finished training config: flags resolved against the plan.
-executor::TrainConfig resolve(RunFlags& flags) {
+executor::TrainConfig resolve(RunFlags& flags, const CLI::App& cmd) {
   executor::TrainConfig config = flags.train;
   config.plan_path = flags.plan;
-  if (config.model_path.empty()) {
-    const schema::ParseResult parsed = schema::read_plan_file(flags.plan);
-    config.model_path = parsed.plan.model.path;
+  const schema::Plan plan = load_plan(flags.plan);
+  if (config.model_path.empty()) config.model_path = plan.model.path;
+  if (plan.training) apply_training(*plan.training, cmd, flags, config);
+  if (cmd.count("--steps") == 0 && !(plan.training && plan.training->steps)) {
+    fail(ExitCode::kUsage, "--steps is required (the plan has no training.steps)");
   }
   config.data.kind =
       flags.data_kind.empty() ? executor::infer_data_kind(flags.data) : flags.data_kind;
   if (config.data.kind != "synthetic") config.data.path = flags.data;
-  if (!flags.input_shape.empty()) config.data.sample_shape = parse_shape(flags.input_shape);
+  config.data.input_dtype = flags.input_dtype.empty() ? "int64" : flags.input_dtype;
+  if (!flags.input_shape.empty()) {
+    config.data.sample_shape = parse_shape(flags.input_shape);
+  } else if (config.data.kind == "synthetic" && config.data.seq_len == 0) {
+    use_traced_input(plan, flags.input_dtype, config.data);
+  }
   if (!flags.betas.empty()) parse_betas(flags.betas, config.optimizer);
   if (flags.clip_grad_norm != 0) config.clip_grad_norm = flags.clip_grad_norm;
   if (!(flags.collective_timeout_s > 0)) {
@@ -122,16 +188,7 @@ executor::TrainConfig resolve(RunFlags& flags) {
   return config;
 }
 
-int64_t plan_world_size(const std::string& path) {
-  const schema::ParseResult parsed = schema::read_plan_file(path);
-  if (!parsed.problems.empty()) {
-    fail(ExitCode::kUsage, path + ": not a valid plan (" + parsed.problems.front().str() +
-                               "); run mfsdp validate " + path);
-  }
-  return parsed.plan.mesh.world_size;
-}
-
-void run(RunFlags& flags, int argc, char** argv) {
+void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   const auto external =
       launch::external_worker_env(launch::current_environment(), flags.master_addr,
                                   flags.master_port > 0 ? flags.master_port : 0);
@@ -144,7 +201,7 @@ void run(RunFlags& flags, int argc, char** argv) {
            "OMPI_COMM_WORLD_RANK is set), so --nproc-per-node does not apply; drop it");
     }
     for (const auto& [name, value] : *external) setenv(name.c_str(), value.c_str(), 1);
-    executor::TrainConfig config = resolve(flags);
+    executor::TrainConfig config = resolve(flags, cmd);
     const char* live = std::getenv("MFSDP_LIVE_PROGRESS");
     config.live_progress = live ? std::string(live) == "1" : isatty(STDOUT_FILENO) == 1;
     executor::train(config, executor::LaunchEnv::from_environment(), std::cout);
@@ -152,7 +209,7 @@ void run(RunFlags& flags, int argc, char** argv) {
   }
 
   // The launcher: check what can be checked here, so a bad flag fails once, not per rank.
-  const int64_t world = plan_world_size(flags.plan);
+  const int64_t world = load_plan(flags.plan).mesh.world_size;
   if (flags.nproc_per_node == 0) {
     if (world % flags.nnodes != 0) {
       fail(ExitCode::kUsage, flags.plan + " is for " + std::to_string(world) +
@@ -170,7 +227,7 @@ void run(RunFlags& flags, int argc, char** argv) {
                                "; re-plan with --world-size " + std::to_string(launched) +
                                " or launch " + std::to_string(world));
   }
-  executor::check_train_config(resolve(flags), static_cast<int>(world));
+  executor::check_train_config(resolve(flags, cmd), static_cast<int>(world));
 
   launch::LaunchOptions options;
   options.argv.push_back(self_executable());
@@ -239,11 +296,13 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
                   "Token ids must be below it (default: the model's first nn.Embedding; 256 for "
                   "text)")
       ->group(data);
-  cmd->add_option("--input-shape", flags->input_shape,
-                  "Synthetic: one sample's input shape, e.g. 64 or 3x32x32")
+  cmd->add_option(
+         "--input-shape", flags->input_shape,
+         "Synthetic: one sample's input shape, e.g. 64 or 3x32x32 (default: the plan's first "
+         "--trace-input without its batch dimension)")
       ->group(data);
-  cmd->add_option("--input-dtype", t.data.input_dtype,
-                  "Synthetic: int64 (token ids, default) or float32")
+  cmd->add_option("--input-dtype", flags->input_dtype,
+                  "Synthetic: int64 (token ids, default) or float32 (default: the traced input's)")
       ->group(data);
   cmd->add_option("--loss", t.loss,
                   "cross_entropy (default; next-token for LMs), mse, or model (forward(input, "
@@ -252,7 +311,9 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--seed", t.data.seed, "Seed of the data (default 0)")->group(data);
 
   const char* training = "Training";
-  cmd->add_option("--steps", t.steps, "Optimizer steps")->required()->group(training);
+  cmd->add_option("--steps", t.steps,
+                  "Optimizer steps (required unless the plan has training.steps)")
+      ->group(training);
   cmd->add_option("--global-batch", t.data.global_batch,
                   "Samples per optimizer step over all ranks and microbatches (default 8)")
       ->group(training);
@@ -305,7 +366,7 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
       ->group(outputs);
   cmd->add_option("--log-every", t.log_every, "Print a progress line every N steps (default 10)")
       ->group(outputs);
-  cmd->callback([flags, argc, argv] { run(*flags, argc, argv); });
+  cmd->callback([flags, cmd, argc, argv] { run(*flags, *cmd, argc, argv); });
 }
 
 }  // namespace mfsdp::cli

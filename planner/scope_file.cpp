@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "schema/error.h"
+#include "schema/plan_json.h"
 
 namespace mfsdp::planner {
 namespace {
@@ -66,7 +67,7 @@ ScopeFile read_scope_file(const std::string& path) {
     fail(ExitCode::kUsage, path + ": not valid JSON (" + e.what() + ")");
   }
   Reader r(path);
-  r.only_keys(doc, "", {"mesh", "policy", "fully_shard"});
+  r.only_keys(doc, "", {"mesh", "policy", "fully_shard", "training"});
   ScopeFile out;
   if (doc.contains("mesh")) {
     const json& mesh = doc["mesh"];
@@ -126,6 +127,9 @@ ScopeFile read_scope_file(const std::string& path) {
       out.units.push_back({is_type ? UnitSelector::Kind::kType : UnitSelector::Kind::kPath,
                            r.string(calls[i].begin().value(), where), source});
     }
+  }
+  if (doc.contains("training")) {
+    out.training = schema::training_from_json(doc["training"], path, "training");
   }
   return out;
 }

@@ -17,6 +17,7 @@ struct ScopeFile {
   schema::Policy policy;                // defaults where the file is silent
   std::vector<std::string> policy_set;  // policy keys the file sets, so flags can tell
   std::vector<UnitSelector> units;
+  std::optional<schema::Training> training;  // written into the plan for mfsdp run
 };
 
 // Throws Error(kUsage) naming the file and the JSON path of the first problem.

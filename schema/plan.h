@@ -155,6 +155,24 @@ struct Trace {
   std::vector<UnitTime> times;  // every unit of forward_order, in that order
 };
 
+// Training defaults for `mfsdp run`, written by `mfsdp plan --training FILE` (or a scope file's
+// "training" object). Every field is optional; run's flags win over them.
+struct Training {
+  std::optional<int64_t> steps;
+  std::optional<int64_t> global_batch;
+  std::optional<int64_t> microbatches;
+  std::optional<std::string> optimizer;  // sgd | adam | adamw
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
+  std::optional<std::vector<double>> betas;  // two values in [0, 1)
+  std::optional<double> momentum;
+  std::optional<int64_t> warmup;
+  std::optional<std::string> lr_schedule;  // constant | cosine
+  std::optional<double> clip_grad_norm;
+  std::optional<std::string> loss;  // cross_entropy | mse | model
+  std::optional<int64_t> seed;
+};
+
 struct Plan {
   std::string schema = kPlanSchemaVersion;
   std::string generator;
@@ -170,7 +188,8 @@ struct Plan {
   Memory memory;
   Communication communication;
   std::vector<Diagnostic> diagnostics;
-  std::optional<Trace> trace;  // only with --trace-input; written last
+  std::optional<Trace> trace;        // only with --trace-input
+  std::optional<Training> training;  // only with --training (or a scope file's); written last
 };
 
 }  // namespace mfsdp::schema

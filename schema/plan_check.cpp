@@ -256,6 +256,39 @@ void check_trace(Context& context) {
 
 }  // namespace check
 
+std::vector<Problem> check_training(const Training& t) {
+  std::vector<Problem> problems;
+  const auto report = [&](const std::string& key, const std::string& message) {
+    problems.push_back({"training." + key, message});
+  };
+  const auto positive = [&](const char* key, const std::optional<int64_t>& value) {
+    if (value && *value < 1) report(key, "must be at least 1, got " + std::to_string(*value));
+  };
+  positive("steps", t.steps);
+  positive("global_batch", t.global_batch);
+  positive("microbatches", t.microbatches);
+  const auto one_of = [&](const char* key, const std::optional<std::string>& value,
+                          const std::vector<std::string>& names) {
+    if (value && std::find(names.begin(), names.end(), *value) == names.end()) {
+      report(key, "is " + check::quote(*value) + "; expected one of " + check::quote_list(names));
+    }
+  };
+  one_of("optimizer", t.optimizer, {"sgd", "adam", "adamw"});
+  one_of("lr_schedule", t.lr_schedule, {"constant", "cosine"});
+  one_of("loss", t.loss, {"cross_entropy", "mse", "model"});
+  if (t.lr && !(*t.lr > 0)) report("lr", "must be above 0");
+  if (t.betas) {
+    if (t.betas->size() != 2) {
+      report("betas", "must hold two numbers, got " + std::to_string(t.betas->size()));
+    } else if ((*t.betas)[0] >= 1 || (*t.betas)[1] >= 1) {
+      report("betas", "must both be below 1");
+    }
+  }
+  if (t.momentum && *t.momentum >= 1) report("momentum", "must be below 1");
+  if (t.clip_grad_norm && !(*t.clip_grad_norm > 0)) report("clip_grad_norm", "must be above 0");
+  return problems;
+}
+
 std::vector<Problem> check_plan(const Plan& plan) {
   check::Context context(plan);
   check::check_header(context);
@@ -267,7 +300,11 @@ std::vector<Problem> check_plan(const Plan& plan) {
   check::check_communication(context);
   check::check_diagnostics(context);
   check::check_trace(context);
-  return context.take_problems();
+  std::vector<Problem> problems = context.take_problems();
+  if (plan.training) {
+    for (Problem& p : check_training(*plan.training)) problems.push_back(std::move(p));
+  }
+  return problems;
 }
 
 }  // namespace mfsdp::schema

@@ -11,4 +11,8 @@ namespace mfsdp::schema {
 
 std::vector<Problem> check_plan(const Plan& plan);
 
+// The values of a training section (paths start at "training."): positive counts, known
+// optimizer, schedule and loss names, betas in [0, 1). check_plan includes these.
+std::vector<Problem> check_training(const Training& training);
+
 }  // namespace mfsdp::schema

@@ -171,6 +171,7 @@ class Differ {
     compare_memory_and_communication();
     compare_diagnostics();
     compare_trace();
+    compare_training();
     diff_.old_totals = plan_totals(old_);
     diff_.new_totals = plan_totals(new_);
     if (diff_.empty()) add_fallback();
@@ -727,6 +728,24 @@ class Differ {
       if (it != left.end()) removed.push_back({DiagnosticChange::Kind::kRemoved, d, ""});
     }
     diff_.diagnostics.insert(diff_.diagnostics.end(), removed.begin(), removed.end());
+  }
+
+  // The training section key by key ("null" where a plan does not set the key).
+  void compare_training() {
+    const auto section = [](const std::optional<Training>& t) {
+      return t ? training_to_json(*t) : ordered_json::object();
+    };
+    const ordered_json old_section = section(old_.training);
+    const ordered_json new_section = section(new_.training);
+    std::set<std::string> keys;
+    for (auto it = old_section.begin(); it != old_section.end(); ++it) keys.insert(it.key());
+    for (auto it = new_section.begin(); it != new_section.end(); ++it) keys.insert(it.key());
+    for (const std::string& key : keys) {
+      const auto text = [&key](const ordered_json& j) {
+        return j.contains(key) ? j.at(key).dump() : std::string("null");
+      };
+      field("training." + key, text(old_section), text(new_section));
+    }
   }
 
   // The trace section as fields: its lists, and per unit its times as a JSON object ("null"

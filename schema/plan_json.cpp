@@ -187,6 +187,27 @@ ordered_json to_json(const Trace& trace) {
 
 }  // namespace
 
+ordered_json training_to_json(const Training& t) {
+  ordered_json j = ordered_json::object();
+  const auto put = [&j](const char* key, const auto& value) {
+    if (value) j[key] = *value;
+  };
+  put("steps", t.steps);
+  put("global_batch", t.global_batch);
+  put("microbatches", t.microbatches);
+  put("optimizer", t.optimizer);
+  put("lr", t.lr);
+  put("weight_decay", t.weight_decay);
+  put("betas", t.betas);
+  put("momentum", t.momentum);
+  put("warmup", t.warmup);
+  put("lr_schedule", t.lr_schedule);
+  put("clip_grad_norm", t.clip_grad_norm);
+  put("loss", t.loss);
+  put("seed", t.seed);
+  return j;
+}
+
 ordered_json plan_to_json(const Plan& plan) {
   ordered_json j = ordered_json::object();
   j["schema"] = plan.schema;
@@ -205,6 +226,7 @@ ordered_json plan_to_json(const Plan& plan) {
   j["diagnostics"] = array_of(plan.diagnostics);
   // Absent rather than null, so plans made without a trace keep their bytes.
   if (plan.trace) j["trace"] = to_json(*plan.trace);
+  if (plan.training) j["training"] = training_to_json(*plan.training);
   return j;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Reading and writing plan files. Writing is byte-deterministic: fixed key order, two-space
 // indent with arrays of scalars on one line, integers only (except the optional trace section's
-// milliseconds), trailing newline. Reading reports every problem with its JSON path.
+// milliseconds and the optional training section's rates), trailing newline. Reading reports every
+// problem with its JSON path.
 
 #include <string>
 #include <vector>
@@ -26,6 +27,20 @@ struct ParseResult {
 // Throws Error(kUsage) if `schema` is missing or names a version this build does not read
 // (the message lists the supported versions); every other problem goes to `problems`.
 ParseResult parse_plan(const nlohmann::json& doc);
+
+// The training section alone: as written into a plan (present fields only, fixed key order),
+// and read from a JSON object (an --training file, a scope file's "training"); problem paths
+// start with `path`. Values are checked by check_training.
+nlohmann::ordered_json training_to_json(const Training& training);
+struct TrainingParse {
+  Training training;
+  std::vector<Problem> problems;
+};
+TrainingParse parse_training(const nlohmann::json& doc, const std::string& path);
+// parse_training then check_training; throws Error(kUsage) "SOURCE: PATH: problem" on the
+// first problem. `path` is where the object sits in its file ("training" in a scope file).
+Training training_from_json(const nlohmann::json& doc, const std::string& source,
+                            const std::string& path);
 
 // Reads and parses a plan file. Throws Error(kUsage) when the file is missing, unreadable, empty or
 // not JSON (one line: path, what, where); returns problems like parse_plan otherwise.

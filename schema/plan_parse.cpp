@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "schema/error.h"
+#include "schema/plan_check.h"
 #include "schema/plan_json.h"
 
 namespace mfsdp::schema {
@@ -327,6 +328,24 @@ class Reader {
     fields.finish();
   }
 
+  void read(const json& value, const std::string& path, Training& out) {
+    Fields fields(*this, value, path);
+    fields.get_optional("steps", out.steps);
+    fields.get_optional("global_batch", out.global_batch);
+    fields.get_optional("microbatches", out.microbatches);
+    fields.get_optional("optimizer", out.optimizer);
+    fields.get_optional("lr", out.lr);
+    fields.get_optional("weight_decay", out.weight_decay);
+    fields.get_optional("betas", out.betas);
+    fields.get_optional("momentum", out.momentum);
+    fields.get_optional("warmup", out.warmup);
+    fields.get_optional("lr_schedule", out.lr_schedule);
+    fields.get_optional("clip_grad_norm", out.clip_grad_norm);
+    fields.get_optional("loss", out.loss);
+    fields.get_optional("seed", out.seed);
+    fields.finish();
+  }
+
   void read(const json& value, const std::string& path, Plan& out) {
     Fields fields(*this, value, path);
     fields.get("schema", out.schema);
@@ -344,6 +363,7 @@ class Reader {
     fields.get("communication", out.communication);
     fields.get("diagnostics", out.diagnostics);
     fields.get_optional("trace", out.trace);
+    fields.get_optional("training", out.training);
     fields.finish();
   }
 
@@ -410,6 +430,31 @@ ParseResult parse_plan(const json& doc) {
   reader.read(doc, "", result.plan);
   result.problems = reader.take_problems();
   return result;
+}
+
+TrainingParse parse_training(const json& doc, const std::string& path) {
+  Reader reader;
+  TrainingParse result;
+  reader.read(doc, path, result.training);
+  result.problems = reader.take_problems();
+  return result;
+}
+
+Training training_from_json(const json& doc, const std::string& source, const std::string& path) {
+  TrainingParse parsed = parse_training(doc, path);
+  if (parsed.problems.empty()) {
+    for (Problem& p : check_training(parsed.training)) {
+      if (p.path.rfind("training.", 0) == 0) {
+        p.path = path.empty() ? p.path.substr(9) : path + p.path.substr(8);
+      }
+      parsed.problems.push_back(std::move(p));
+    }
+  }
+  if (!parsed.problems.empty()) {
+    fail(ExitCode::kUsage, source + ": " + parsed.problems.front().str() +
+                               " (training keys: docs/plan-format.md#training)");
+  }
+  return parsed.training;
 }
 
 }  // namespace mfsdp::schema

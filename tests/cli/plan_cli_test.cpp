@@ -1,6 +1,7 @@
 // `mfsdp plan` as a user runs it: the real binary in a subprocess, from the repository root.
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -337,6 +338,39 @@ TEST(PlanCli, UnwritableOutputIsAnIoError) {
                              "-o", "/nonexistent/dir/plan.json"});
   EXPECT_EQ(r.exit_code, 5) << r.err;
   EXPECT_EQ(lines(r.err), 1u) << r.err;
+}
+
+TEST(PlanCli, TrainingFileIsWrittenIntoThePlanAndSummarised) {
+  const std::string training = temp_path("plan_training.json");
+  std::ofstream(training) << R"({"lr": 0.0003, "steps": 100, "betas": [0.9, 0.95]})";
+  const std::string out = temp_path("plan_training.plan.json");
+  const RunResult r = mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit",
+                             "layers.*", "--unit", "<root>", "--training", training, "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("  training     {\"steps\":100,\"lr\":0.0003,\"betas\":[0.9,0.95]}\n"),
+            std::string::npos)
+      << r.err;
+  const auto plan = nlohmann::json::parse(read_file(out));
+  EXPECT_EQ(plan.at("training"),
+            nlohmann::json::parse(R"({"steps": 100, "lr": 0.0003, "betas": [0.9, 0.95]})"));
+  const RunResult valid = mfsdp({"validate", out});
+  EXPECT_EQ(valid.exit_code, 0) << valid.out << valid.err;
+}
+
+TEST(PlanCli, BadTrainingFileIsOneUsageLineAndWritesNothing) {
+  const std::string training = temp_path("plan_bad_training.json");
+  std::ofstream(training) << R"({"steps": 10, "lr_schedule": "linear"})";
+  const std::string out = temp_path("plan_bad_training.plan.json");
+  std::remove(out.c_str());
+  const RunResult r = mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit",
+                             "layers.*", "--unit", "<root>", "--training", training, "-o", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(training + ": lr_schedule: is 'linear'; expected one of ['constant', "
+                                  "'cosine']"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::ifstream(out).good());
 }
 
 }  // namespace

@@ -114,5 +114,54 @@ TEST(RunInput, TokenIdsBeyondTheVocabulary) {
   expect_rank_failure(run({"--data", path, "--seq-len", "8"}), 2, "300");
 }
 
+// A plan's training section stands in for flags that are not given; flags win.
+TEST(RunInput, PlanTrainingSectionGivesDefaultsAndFlagsWin) {
+  const std::string training = temp_path("run_training.json");
+  std::ofstream(training) << R"({"steps": 2, "global_batch": 4, "optimizer": "sgd", "lr": 0.05})";
+  const std::string plan = temp_path("run_training.plan.json");
+  const RunResult planned =
+      mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
+             "--unit", "<root>", "--training", training, "-o", plan, "-q"});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const std::vector<std::string> base = {"run",           plan, "--input-shape",        "8",
+                                         "--master-port", "0",  "--collective-timeout", "30",
+                                         "--log-every",   "1"};
+  const RunResult from_plan = mfsdp(base);
+  ASSERT_EQ(from_plan.exit_code, 0) << from_plan.out << from_plan.err;
+  const std::string out = from_plan.out + from_plan.err;
+  EXPECT_NE(out.find("step 2/2"), std::string::npos) << out;
+  EXPECT_NE(out.find("global batch 4 ="), std::string::npos) << out;
+  EXPECT_NE(out.find("lr 5.00e-02"), std::string::npos) << out;
+
+  std::vector<std::string> with_flags = base;
+  with_flags.insert(with_flags.end(), {"--steps", "1", "--lr", "0.01"});
+  const RunResult flagged = mfsdp(with_flags);
+  ASSERT_EQ(flagged.exit_code, 0) << flagged.out << flagged.err;
+  const std::string out2 = flagged.out + flagged.err;
+  EXPECT_NE(out2.find("step 1/1"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("lr 1.00e-02"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("global batch 4 ="), std::string::npos) << out2;
+}
+
+TEST(RunInput, StepsAreRequiredWithoutATrainingSection) {
+  const RunResult r = mfsdp({"run", two_rank_plan(), "--input-shape", "8"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--steps is required (the plan has no training.steps)"), std::string::npos)
+      << r.err;
+}
+
+// Synthetic data takes its shape from the plan's traced input when no --input-shape is given.
+TEST(RunInput, SyntheticDataIsShapedLikeThePlansTracedInput) {
+  const std::string plan = temp_path("run_traced.plan.json");
+  const RunResult planned =
+      mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
+             "--unit", "<root>", "--trace-input", "2x8:int64", "-o", plan, "-q"});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const RunResult r = mfsdp({"run", plan, "--steps", "1", "--global-batch", "4", "--master-port",
+                             "0", "--collective-timeout", "30"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("synthetic int64 [8]"), std::string::npos) << r.out << r.err;
+}
+
 }  // namespace
 }  // namespace mfsdp::testing

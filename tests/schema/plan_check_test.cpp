@@ -136,3 +136,27 @@ TEST(PlanCheck, RejectsUnknownDiagnosticSeverityAndEmptyCode) {
 
 }  // namespace
 }  // namespace mfsdp::schema
+
+namespace mfsdp::schema {
+namespace {
+
+TEST(PlanCheck, TrainingValuesAreChecked) {
+  Plan plan = sample_plan();
+  plan.training = Training{};
+  plan.training->steps = 10;
+  plan.training->lr = 0.1;
+  EXPECT_EQ(problem_lines(check_plan(plan)), Lines{});
+  plan.training->microbatches = 0;
+  plan.training->lr_schedule = "linear";
+  plan.training->betas = std::vector<double>{0.9};
+  plan.training->momentum = 1.5;
+  plan.training->lr = 0.0;
+  EXPECT_EQ(problem_lines(check_plan(plan)),
+            (Lines{"training.microbatches: must be at least 1, got 0",
+                   "training.lr_schedule: is 'linear'; expected one of ['constant', 'cosine']",
+                   "training.lr: must be above 0", "training.betas: must hold two numbers, got 1",
+                   "training.momentum: must be below 1"}));
+}
+
+}  // namespace
+}  // namespace mfsdp::schema

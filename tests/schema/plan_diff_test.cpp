@@ -478,3 +478,24 @@ TEST(PlanDiffThreshold, NamesRoundTrip) {
 
 }  // namespace
 }  // namespace mfsdp::schema
+
+namespace mfsdp::schema {
+namespace {
+
+TEST(PlanDiff, TrainingChangesAreFieldsByKey) {
+  const Plan a = golden("tied_lm");
+  Plan b = a;
+  b.training = Training{};
+  b.training->lr = 0.001;
+  b.training->steps = 10;
+  const PlanDiff diff = diff_plans(a, b);
+  EXPECT_EQ(fields_of(diff), (std::vector<std::string>{"training.lr", "training.steps"}));
+  EXPECT_EQ(diff.fields[0].old_value, "null");
+  EXPECT_EQ(diff.fields[0].new_value, "0.001");
+  Plan c = b;
+  c.training->steps = 20;
+  EXPECT_EQ(fields_of(diff_plans(b, c)), std::vector<std::string>{"training.steps"});
+}
+
+}  // namespace
+}  // namespace mfsdp::schema

@@ -258,3 +258,72 @@ TEST(PlanJson, DumpRejectsTextThatIsNotUtf8) {
 
 }  // namespace
 }  // namespace mfsdp::schema
+
+namespace mfsdp::schema {
+namespace {
+
+Training sample_training() {
+  Training t;
+  t.steps = 1000;
+  t.global_batch = 64;
+  t.optimizer = "adamw";
+  t.lr = 3e-4;
+  t.betas = std::vector<double>{0.9, 0.95};
+  t.lr_schedule = "cosine";
+  t.seed = 7;
+  return t;
+}
+
+TEST(PlanJson, TrainingSectionIsWrittenLastWithOnlyItsSetKeysAndReadsBack) {
+  Plan plan = sample_plan();
+  plan.training = sample_training();
+  const std::string text = dump_plan(plan);
+  const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text);
+  EXPECT_EQ(keys(doc).back(), "training");
+  EXPECT_EQ(keys(doc["training"]),
+            (std::vector<std::string>{"steps", "global_batch", "optimizer", "lr", "betas",
+                                      "lr_schedule", "seed"}));
+  const ParseResult parsed = parse_plan(json::parse(text));
+  EXPECT_EQ(problem_lines(parsed.problems), Lines{});
+  ASSERT_TRUE(parsed.plan.training);
+  EXPECT_EQ(parsed.plan.training->lr, 3e-4);
+  EXPECT_EQ(parsed.plan.training->betas, (std::vector<double>{0.9, 0.95}));
+  EXPECT_FALSE(parsed.plan.training->momentum);
+  EXPECT_EQ(dump_plan(parsed.plan), text);
+}
+
+TEST(PlanJson, PlanWithoutTrainingHasNoTrainingKey) {
+  EXPECT_FALSE(sample_doc().contains("training"));
+}
+
+TEST(PlanJson, TrainingSectionProblemsNameTheirPath) {
+  json doc = sample_doc();
+  doc["training"] = {{"steps", "ten"}, {"learning_rate", 0.1}};
+  EXPECT_EQ(parse_problems(doc), (Lines{"training.steps: expected an integer, got a string",
+                                        "training.learning_rate: unknown field"}));
+}
+
+TEST(PlanJson, TrainingFromJsonChecksValuesAndNamesTheFile) {
+  const json good = {{"steps", 5}, {"lr", 0.01}};
+  EXPECT_EQ(training_from_json(good, "t.json", "").steps, 5);
+  try {
+    training_from_json({{"optimizer", "lamb"}}, "scope.json", "training");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kUsage);
+    EXPECT_EQ(std::string(e.what()),
+              "scope.json: training.optimizer: is 'lamb'; expected one of ['sgd', 'adam', "
+              "'adamw'] (training keys: docs/plan-format.md#training)");
+  }
+  try {
+    training_from_json({{"steps", 0}}, "t.json", "");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t.json: steps: must be at least 1, got 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mfsdp::schema

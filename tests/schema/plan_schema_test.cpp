@@ -154,3 +154,26 @@ TEST_F(PlanSchema, GoldenPlansPassTheSchemaAndCheckPlan) {
 
 }  // namespace
 }  // namespace mfsdp::schema
+
+namespace mfsdp::schema {
+namespace {
+
+TEST_F(PlanSchema, AcceptsATrainingSectionAndRejectsBadValues) {
+  Plan plan = sample_plan();
+  plan.training = Training{};
+  plan.training->steps = 100;
+  plan.training->lr = 3e-4;
+  plan.training->betas = std::vector<double>{0.9, 0.95};
+  plan.training->optimizer = "adamw";
+  const json doc = json::parse(dump_plan(plan));
+  EXPECT_EQ(violations(doc), std::vector<std::string>{});
+  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
+           {"steps", 0}, {"optimizer", "lamb"}, {"betas", json::array({0.9})}, {"lr", 0}}) {
+    json bad = doc;
+    bad["training"][key] = value;
+    EXPECT_FALSE(valid(bad)) << key << " = " << value.dump();
+  }
+}
+
+}  // namespace
+}  // namespace mfsdp::schema

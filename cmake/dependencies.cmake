@@ -1,12 +1,31 @@
-# Everything comes from Debian packages installed by scripts/install-deps.
+# Everything comes from Debian packages installed by scripts/install-deps; LibTorch may instead
+# come from a PyPI torch wheel (CMAKE_PREFIX_PATH=torch.utils.cmake_prefix_path, see
+# docs/libtorch2.md).
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+find_package(Gloo REQUIRED)
 find_package(Torch REQUIRED)
+# TorchConfig finds its libraries with find_library, which tries the system directories before
+# the wheel's own lib/: with Debian's libtorch installed too, a wheel build would link 1.13.
+get_filename_component(_mfsdp_torch_lib "${TORCH_LIBRARY}" REALPATH)
+get_filename_component(_mfsdp_torch_prefix "${TORCH_INSTALL_PREFIX}" REALPATH)
+string(FIND "${_mfsdp_torch_lib}" "${_mfsdp_torch_prefix}/" _mfsdp_torch_at)
+if(NOT _mfsdp_torch_at EQUAL 0)
+  message(FATAL_ERROR "LibTorch ${Torch_VERSION} from ${TORCH_INSTALL_PREFIX} found libtorch at "
+                      "${TORCH_LIBRARY}, outside it; add ${TORCH_INSTALL_PREFIX} itself to "
+                      "CMAKE_PREFIX_PATH (scripts/check-libtorch2 does) and configure a fresh "
+                      "build directory")
+endif()
+message(STATUS "mfsdp: LibTorch ${Torch_VERSION} from ${TORCH_INSTALL_PREFIX}")
 
 # TorchConfig puts its flags (ABI, warnings) into a variable rather than onto a target.
+# The system libgloo comes first: a torch wheel's libtorch_cpu.so exports a bundled Gloo of
+# another version, and the dynamic linker binds each gloo:: symbol to the first library on
+# the link line that defines it. mfsdp compiles against the system Gloo headers, so its
+# calls must reach the system library (tests/executor/gloo_binding_test.cpp checks this).
 add_library(mfsdp_torch INTERFACE)
-target_link_libraries(mfsdp_torch INTERFACE ${TORCH_LIBRARIES})
+target_link_libraries(mfsdp_torch INTERFACE gloo ${TORCH_LIBRARIES})
 separate_arguments(MFSDP_TORCH_CXX_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(mfsdp_torch INTERFACE ${MFSDP_TORCH_CXX_FLAGS})
 target_include_directories(mfsdp_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})

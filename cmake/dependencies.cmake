@@ -24,8 +24,23 @@ message(STATUS "mfsdp: LibTorch ${Torch_VERSION} from ${TORCH_INSTALL_PREFIX}")
 # another version, and the dynamic linker binds each gloo:: symbol to the first library on
 # the link line that defines it. mfsdp compiles against the system Gloo headers, so its
 # calls must reach the system library (tests/executor/gloo_binding_test.cpp checks this).
+# A CUDA build of LibTorch (the PyPI wheel) also brings libtorch_cuda, CUDA and NCCL through
+# `torch`; without mfsdp's CUDA backend only its CPU half is linked, so that the programs do
+# not load /usr/local/cuda's CUDA and NCCL, other versions than the wheel's own.
+set(MFSDP_TORCH_LINK ${TORCH_LIBRARIES})
+string(TOUPPER "${MFSDP_WITH_CUDA}" _mfsdp_torch_cuda_mode)
+if(TARGET torch_cuda AND TARGET torch_cpu_library
+   AND _mfsdp_torch_cuda_mode MATCHES "^(OFF|NO|FALSE|N|0)$")
+  set(MFSDP_TORCH_LINK torch_cpu_library)
+endif()
 add_library(mfsdp_torch INTERFACE)
-target_link_libraries(mfsdp_torch INTERFACE gloo ${TORCH_LIBRARIES})
+target_link_libraries(mfsdp_torch INTERFACE gloo ${MFSDP_TORCH_LINK})
+# `torch` also carries LibTorch's language level (cxx_std_20 in 2.15): keep it when
+# linking the CPU half only.
+get_target_property(_mfsdp_torch_features torch INTERFACE_COMPILE_FEATURES)
+if(_mfsdp_torch_features)
+  target_compile_features(mfsdp_torch INTERFACE ${_mfsdp_torch_features})
+endif()
 separate_arguments(MFSDP_TORCH_CXX_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(mfsdp_torch INTERFACE ${MFSDP_TORCH_CXX_FLAGS})
 target_include_directories(mfsdp_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})

@@ -35,6 +35,10 @@ if(TARGET torch_cuda AND TARGET torch_cpu_library
 endif()
 add_library(mfsdp_torch INTERFACE)
 target_link_libraries(mfsdp_torch INTERFACE gloo ${MFSDP_TORCH_LINK})
+# CMake may still order LibTorch first when a program reaches both through several libraries
+# (mfsdp-torch did); a link option comes before every library, whatever that order.
+target_link_options(mfsdp_torch INTERFACE
+  "LINKER:--push-state,--no-as-needed,$<TARGET_FILE:gloo>,--pop-state")
 # `torch` also carries LibTorch's language level (cxx_std_20 in 2.15): keep it when
 # linking the CPU half only.
 get_target_property(_mfsdp_torch_features torch INTERFACE_COMPILE_FEATURES)

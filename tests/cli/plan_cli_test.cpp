@@ -328,9 +328,11 @@ TEST(PlanCli, TraceInputErrors) {
                        "--trace-input were given; give one per forward argument, in order");
   std::vector<std::string> wrong_shape = reordered;
   wrong_shape.insert(wrong_shape.end(), {"--trace-input", "4x7"});
+  // LibTorch 2.x puts the operator's name ("addmm: ") before the interpreter's message.
   expect_clean_failure(wrong_shape, 3,
                        "tests/fixtures/reordered.pt: the traced step on --trace-input 4x7 failed "
-                       "in forward: mat1 and mat2 shapes cannot be multiplied");
+                       "in forward: ");
+  expect_clean_failure(wrong_shape, 3, "mat1 and mat2 shapes cannot be multiplied");
 }
 
 TEST(PlanCli, UnwritableOutputIsAnIoError) {

@@ -1,12 +1,31 @@
 #include "tests/executor/reference_training.h"
 
 #include <set>
+#include <sstream>
+#include <string>
+#include <type_traits>
 
 #include <torch/script.h>
 
 #include "tests/executor/parity_config.h"
 
 namespace mfsdp::testing {
+namespace {
+
+// LibTorch 1.13 keys an optimizer's state by the parameter's TensorImpl address printed as
+// text, 2.x by the address itself.
+template <typename StateMap>
+auto find_state(StateMap& state, c10::TensorImpl* impl) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream key;
+    key << impl;
+    return state.find(key.str());
+  } else {
+    return state.find(impl);
+  }
+}
+
+}  // namespace
 
 TrainingResult train_reference(const TrainingTask& task, const std::string& model_path, int steps,
                                const std::string& optimizer, std::optional<double> clip_grad_norm) {
@@ -49,7 +68,7 @@ TrainingResult train_reference(const TrainingTask& task, const std::string& mode
   for (const auto& p : module.named_parameters()) {
     result.params[p.name] = p.value.detach().clone();
     auto& state = opt->state();
-    auto it = state.find(c10::guts::to_string(p.value.unsafeGetTensorImpl()));
+    auto it = find_state(state, p.value.unsafeGetTensorImpl());
     if (c.kind == "sgd" || it == state.end()) continue;
     const at::Tensor scale =
         static_cast<torch::optim::AdamWParamState&>(*it->second).exp_avg_sq().sqrt();

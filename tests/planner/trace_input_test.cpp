@@ -176,9 +176,11 @@ TEST(TraceUnits, InputsThatDoNotFitForwardAreRefused) {
 }
 
 TEST(TraceUnits, AFailingForwardIsAModelErrorWithTheInterpretersMessage) {
-  EXPECT_MFSDP_ERROR(trace_units(fixture("reordered.pt"), {"stem"}, inputs({"4x7"})),
-                     ExitCode::kModel,
-                     "reordered.pt: the traced step on --trace-input 4x7 failed in forward: "
+  const auto trace = [] { return trace_units(fixture("reordered.pt"), {"stem"}, inputs({"4x7"})); };
+  // LibTorch 2.x puts the operator's name ("addmm: ") before the interpreter's message.
+  EXPECT_MFSDP_ERROR((void)trace(), ExitCode::kModel,
+                     "reordered.pt: the traced step on --trace-input 4x7 failed in forward: ");
+  EXPECT_MFSDP_ERROR((void)trace(), ExitCode::kModel,
                      "mat1 and mat2 shapes cannot be multiplied (4x7 and 8x16)");
 }
 

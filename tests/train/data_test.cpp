@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include "schema/error.h"
 #include "tests/train/error_of.h"
@@ -433,6 +434,9 @@ TEST(TensorData, TargetsAreOptional) {
 }
 
 TEST(TensorData, OneKeyDictSaysHowToSaveInstead) {
+#if TORCH_VERSION_MAJOR >= 2
+  GTEST_SKIP() << "LibTorch 2.x's unpickler has SETITEM and reads a one-key dict";
+#endif
   const DataConfig config = file_config("tensors", kFixtures + "one_key_dict.pt");
   const Error e = error_of([&] { open_data(config, 0, 1); });
   EXPECT_EQ(e.code(), ExitCode::kUsage);

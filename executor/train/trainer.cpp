@@ -146,18 +146,9 @@ void write_trained_model(const std::string& model_path, torch::jit::Module& trai
   std::map<std::string, at::Tensor> buffers;
   for (const auto& b : trained.named_buffers(/*recurse=*/true)) buffers[b.name] = b.value;
   for (const auto& b : module.named_buffers(/*recurse=*/true)) b.value.copy_(buffers.at(b.name));
-  const std::string temp = out + ".tmp." + std::to_string(::getpid());
-  try {
-    module.save(temp);
-  } catch (const c10::Error& e) {
-    std::remove(temp.c_str());
-    fail(ExitCode::kIo, "cannot write --save-model " + out + " (" + e.what_without_backtrace() +
-                            "); check that its directory exists and is writable");
-  }
-  if (std::rename(temp.c_str(), out.c_str()) != 0) {
-    std::remove(temp.c_str());
-    fail(ExitCode::kIo, "cannot write --save-model " + out + " (" + std::strerror(errno) + ")");
-  }
+  std::ostringstream bytes;
+  module.save(bytes);
+  schema::write_file_atomically(out, bytes.str());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -264,6 +265,35 @@ TEST(RunCli, TwoLaunchersMakeATwoNodeRun) {
   EXPECT_NE(last_loss(first.out), "");
   EXPECT_EQ(last_loss(first.out), last_loss(probe.out));
   EXPECT_EQ(other.out.find("[rank 0]"), std::string::npos) << other.out;
+}
+
+// One node's launcher is SIGKILLed a few seconds into training (its worker dies with it): the
+// other node's rank fails its next collective, and its launcher exits 6 naming the rank,
+// well within the collective timeout instead of hanging.
+TEST(RunCli, NodeKilledMidRunFailsTheOtherNodeInBoundedTime) {
+  const executor::TrainConfig config = shared_config(2000);
+  const std::string plan = plan_for(2, "run_killed_node");
+  const std::string port = std::to_string(free_port());
+  std::vector<std::string> args = run_args(plan, config);
+  args.resize(args.size() - 4);  // drop --master-port 0 and the timeout
+  const auto node_args = [&](int rank) {
+    return with(args, {"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node",
+                       "1", "--master-port", port, "--collective-timeout", "20"});
+  };
+  std::vector<std::string> killed = {"-s", "KILL", "8", MFSDP_BINARY};
+  for (const std::string& a : node_args(1)) killed.push_back(a);
+  auto second = std::async(std::launch::async,
+                           [&] { return run_program("/usr/bin/timeout", killed, kRepo); });
+  const auto start = std::chrono::steady_clock::now();
+  const RunResult first = mfsdp(node_args(0));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const RunResult other = second.get();
+  EXPECT_NE(other.exit_code, 0) << other.err;
+  EXPECT_EQ(first.exit_code, 6) << first.out << first.err;
+  EXPECT_NE(first.err.find("rank 0 failed first"), std::string::npos) << first.err;
+  EXPECT_NE(first.out.find("step"), std::string::npos) << "killed before training started";
+  EXPECT_LT(seconds, 8 + 20 + 10) << first.err;
 }
 
 TEST(RunCli, TraceShowsEveryRanksComputeAndStreamsWithOverlappingGathers) {

@@ -138,8 +138,7 @@ void use_traced_input(const schema::Plan& plan, const std::string& dtype_flag,
 }
 
 // The plan's training section fills in what the command line did not give.
-void apply_training(const schema::Training& t, const CLI::App& cmd, RunFlags& flags,
-                    executor::TrainConfig& config) {
+void apply_training(const schema::Training& t, const CLI::App& cmd, executor::TrainConfig& config) {
   const auto unset = [&cmd](const char* flag) { return cmd.count(flag) == 0; };
   if (t.steps && unset("--steps")) config.steps = *t.steps;
   if (t.global_batch && unset("--global-batch")) config.data.global_batch = *t.global_batch;
@@ -154,18 +153,18 @@ void apply_training(const schema::Training& t, const CLI::App& cmd, RunFlags& fl
   if (t.momentum && unset("--momentum")) config.optimizer.momentum = *t.momentum;
   if (t.warmup && unset("--warmup")) config.warmup_steps = *t.warmup;
   if (t.lr_schedule && unset("--lr-schedule")) config.lr_schedule = *t.lr_schedule;
-  if (t.clip_grad_norm && unset("--clip-grad-norm")) flags.clip_grad_norm = *t.clip_grad_norm;
+  if (t.clip_grad_norm && unset("--clip-grad-norm")) config.clip_grad_norm = *t.clip_grad_norm;
   if (t.loss && unset("--loss")) config.loss = *t.loss;
   if (t.seed && unset("--seed")) config.data.seed = static_cast<uint64_t>(*t.seed);
 }
 
 // The finished training config: flags resolved against the plan.
-executor::TrainConfig resolve(RunFlags& flags, const CLI::App& cmd) {
+executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
+                              const schema::Plan& plan) {
   executor::TrainConfig config = flags.train;
   config.plan_path = flags.plan;
-  const schema::Plan plan = load_plan(flags.plan);
   if (config.model_path.empty()) config.model_path = plan.model.path;
-  if (plan.training) apply_training(*plan.training, cmd, flags, config);
+  if (plan.training) apply_training(*plan.training, cmd, config);
   if (cmd.count("--steps") == 0 && !(plan.training && plan.training->steps)) {
     fail(ExitCode::kUsage, "--steps is required (the plan has no training.steps)");
   }
@@ -201,7 +200,7 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
            "OMPI_COMM_WORLD_RANK is set), so --nproc-per-node does not apply; drop it");
     }
     for (const auto& [name, value] : *external) setenv(name.c_str(), value.c_str(), 1);
-    executor::TrainConfig config = resolve(flags, cmd);
+    executor::TrainConfig config = resolve(flags, cmd, load_plan(flags.plan));
     const char* live = std::getenv("MFSDP_LIVE_PROGRESS");
     config.live_progress = live ? std::string(live) == "1" : isatty(STDOUT_FILENO) == 1;
     executor::train(config, executor::LaunchEnv::from_environment(), std::cout);
@@ -209,7 +208,8 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   }
 
   // The launcher: check what can be checked here, so a bad flag fails once, not per rank.
-  const int64_t world = load_plan(flags.plan).mesh.world_size;
+  const schema::Plan plan = load_plan(flags.plan);
+  const int64_t world = plan.mesh.world_size;
   if (flags.nproc_per_node == 0) {
     if (world % flags.nnodes != 0) {
       fail(ExitCode::kUsage, flags.plan + " is for " + std::to_string(world) +
@@ -227,7 +227,7 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
                                "; re-plan with --world-size " + std::to_string(launched) +
                                " or launch " + std::to_string(world));
   }
-  executor::check_train_config(resolve(flags, cmd), static_cast<int>(world));
+  executor::check_train_config(resolve(flags, cmd, plan), static_cast<int>(world));
 
   launch::LaunchOptions options;
   options.argv.push_back(self_executable());

@@ -56,6 +56,8 @@ Examples:
   # Two nodes (run on each, node-rank 0 and 1):
   mfsdp run gpt.plan.json --nnodes 2 --node-rank 0 --nproc-per-node 8 \
       --master-addr node0.example --master-port 29500 ...
+  # One rank per GPU (--device auto picks the GPUs when every rank has one):
+  mfsdp run gpt.plan.json --nproc-per-node 8 --device cuda ...
   # Under torchrun or srun each process runs as the rank it was given:
   torchrun --nproc-per-node 8 $(which mfsdp-torch) run gpt.plan.json ...
 
@@ -333,6 +335,12 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
       ->group(training);
   cmd->add_option("--clip-grad-norm", flags->clip_grad_norm,
                   "Clip the global gradient norm to this value (default: no clipping)")
+      ->group(training);
+  t.context.device = "auto";
+  cmd->add_option("--device", t.context.device,
+                  "auto (default: each rank's GPU when every rank has one and this mfsdp can use "
+                  "it, else the CPU), cuda (GPUs or fail) or cpu (docs/gpu.md)")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->group(training);
   cmd->add_flag("--strict-order", t.context.strict_order,
                 "Fail when the first step skips a unit the plan has (default: warn)")

@@ -14,10 +14,43 @@ add_library(mfsdp_executor_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_slots.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_stream.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_tensor.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/runtime/stream_layout.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/runtime/gpu_runtime.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/runtime/stream_layout.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/runtime/torch_cuda_stream.cpp)
 target_include_directories(mfsdp_executor_cuda PUBLIC ${PROJECT_SOURCE_DIR})
 # mfsdp_executor for the rendezvous, LaunchEnv and Timeline; mfsdp_cuda for cudart, NCCL
 # and the MFSDP_WITH_CUDA=1 definition.
 target_link_libraries(mfsdp_executor_cuda
   PUBLIC mfsdp_executor mfsdp_cuda Threads::Threads
   PRIVATE mfsdp_warnings)
+
+# The context (in mfsdp_executor) trains on the GPU through gpu_runtime.h; the two static
+# libraries need each other, which CMake allows and links in one group.
+target_link_libraries(mfsdp_executor PUBLIC mfsdp_executor_cuda)
+
+# Ordering LibTorch's kernels against the collective streams needs c10_cuda, the CUDA half of
+# a CUDA LibTorch (a torch wheel's). Debian's CPU-only LibTorch ships c10/cuda headers but no
+# library: there the GPU runtime refuses to start, and the c10_cuda code is still compiled
+# (not linked) so that every CI build checks it, with the one generated header Debian lacks.
+if(TARGET c10_cuda)
+  target_link_libraries(mfsdp_executor_cuda PRIVATE c10_cuda)
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/runtime/torch_cuda_stream.cpp
+    PROPERTIES COMPILE_DEFINITIONS MFSDP_TORCH_CUDA=1)
+  message(STATUS "mfsdp: GPU runtime uses LibTorch's c10_cuda")
+else()
+  message(STATUS "mfsdp: LibTorch has no c10_cuda (CPU-only): the GPU runtime is built but "
+                 "refuses to train; see docs/gpu.md")
+  find_path(_mfsdp_c10_cuda_headers c10/cuda/CUDAStream.h HINTS ${TORCH_INCLUDE_DIRS})
+  if(_mfsdp_c10_cuda_headers)
+    set(_mfsdp_shim ${CMAKE_CURRENT_BINARY_DIR}/c10_cuda_shim)
+    file(WRITE ${_mfsdp_shim}/c10/cuda/impl/cuda_cmake_macros.h
+         "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    add_library(mfsdp_torch_cuda_compile_check OBJECT
+      ${CMAKE_CURRENT_LIST_DIR}/runtime/torch_cuda_stream.cpp)
+    target_include_directories(mfsdp_torch_cuda_compile_check PRIVATE ${PROJECT_SOURCE_DIR})
+    target_include_directories(mfsdp_torch_cuda_compile_check SYSTEM AFTER PRIVATE ${_mfsdp_shim})
+    target_compile_definitions(mfsdp_torch_cuda_compile_check PRIVATE MFSDP_TORCH_CUDA=1)
+    target_link_libraries(mfsdp_torch_cuda_compile_check PRIVATE mfsdp_torch mfsdp_cuda
+      mfsdp_warnings)
+  endif()
+endif()

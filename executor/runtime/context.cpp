@@ -8,6 +8,7 @@
 
 #include "executor/runtime/cpu_stream.h"
 #include "executor/runtime/flat_group.h"
+#include "executor/runtime/gpu_runtime.h"
 #include "executor/runtime/schedule_cursor.h"
 #include "executor/runtime/timeline.h"
 #include "executor/runtime/unit_state.h"
@@ -83,10 +84,18 @@ struct Context::Impl : planner::UnitHooks {
   int rank = 0;
   int shard_rank = 0;
   int replica = 0;
-  std::unique_ptr<Stream> ag_stream, rs_stream, control_stream;
+  // On a GPU the runtime owns streams, communicators and slots; on the CPU the owned_*
+  // members do. The raw pointers below point at one or the other.
+  std::unique_ptr<GpuRuntime> gpu;
+  at::Device device = at::kCPU;
+  std::string device_description = "cpu";
+  std::vector<std::unique_ptr<Stream>> owned_streams;
+  std::vector<std::unique_ptr<Communicator>> owned_communicators;
+  Stream *ag_stream = nullptr, *rs_stream = nullptr, *control_stream = nullptr;
   Stream* reduce_stream = nullptr;  // rs_stream, or ag_stream under a unified-stream plan
-  std::unique_ptr<Communicator> ag_comm, rs_comm, replica_comm, control_comm;
-  std::vector<std::vector<uint8_t>> slots;  // the plan's static buffers
+  Communicator *ag_comm = nullptr, *rs_comm = nullptr, *replica_comm = nullptr,
+               *control_comm = nullptr;
+  std::vector<std::vector<uint8_t>> slots;  // the plan's static buffers, on the CPU
   std::vector<UnitRuntime> units;
   std::unique_ptr<ScheduleCursor> cursor;
   std::unique_ptr<ReduceScatterOrder> rs_order;
@@ -108,13 +117,37 @@ struct Context::Impl : planner::UnitHooks {
   ~Impl() override {
     planner::set_unit_hooks(previous_hooks);
     // Streams must stop before the buffers their work points at go away.
-    ag_comm.reset();
-    rs_comm.reset();
-    replica_comm.reset();
-    control_comm.reset();
-    ag_stream.reset();
-    rs_stream.reset();
-    control_stream.reset();
+    owned_communicators.clear();
+    owned_streams.clear();
+    gpu.reset();
+  }
+
+  // A collective stream about to read or write what compute produced (or allocated) so far
+  // waits for it. On the CPU compute is synchronous: nothing to wait for.
+  void after_compute(Stream& stream) {
+    if (gpu) stream.wait_for(gpu->compute().record());
+  }
+
+  at::TensorOptions on_device(at::ScalarType dtype) const {
+    return at::TensorOptions().dtype(dtype).device(device);
+  }
+
+  // An all-reduce of one number over all ranks on the control communicator (a tensor on the
+  // device for NCCL, a host float for Gloo).
+  double all_reduce_scalar(double value, ReduceOp op, const std::string& what) {
+    if (!gpu) {
+      float v = static_cast<float>(value);
+      control_comm->all_reduce(&v, 1, op, what);
+      control_stream->synchronize();
+      return v;
+    }
+    const at::Tensor t = at::full({1}, value, on_device(at::kFloat));
+    after_compute(*control_stream);
+    gpu->all_reduce(*control_comm, t, op, what);
+    gpu->compute().wait_for(control_stream->record());
+    const double result = t.item<double>();
+    gpu->check();  // a collective that failed or timed out leaves `t` meaningless
+    return result;
   }
 
   const std::string& name(int u) const { return units[u].plan->name; }
@@ -219,10 +252,15 @@ struct Context::Impl : planner::UnitHooks {
 
   void issue_all_gather(int u) {
     UnitRuntime& unit = units[u];
+    // The inputs first (a cast to the compute dtype runs on compute), then on a GPU one wait
+    // for them, which also orders the gather after the slot's previous occupant's last use.
+    std::vector<const void*> inputs;
+    for (FlatGroup& group : unit.groups) inputs.push_back(group.gather_input());
+    after_compute(*ag_stream);
     for (size_t g = 0; g < unit.groups.size(); ++g) {
       FlatGroup& group = unit.groups[g];
       live_bytes += group.unsharded_bytes();
-      ag_comm->all_gather(group.gather_input(), group.unsharded().data_ptr(),
+      ag_comm->all_gather(inputs[g], group.unsharded().data_ptr(),
                           group.shard_bytes_in_compute_dtype(),
                           "all-gather of " + name(u) + " group " + std::to_string(g));
     }
@@ -232,9 +270,13 @@ struct Context::Impl : planner::UnitHooks {
   }
 
   // Compute blocks until the unit's all-gather is done; the time it blocks is exposed
-  // communication.
+  // communication. On a GPU the compute stream waits, not the host.
   void wait_for_gather(int u) {
     const std::shared_ptr<Event>& gathered = units[u].gathered;
+    if (gpu) {
+      if (gathered) gpu->compute().wait_for(gathered);
+      return;
+    }
     if (!gathered || gathered->done()) {
       if (gathered) gathered->wait();  // rethrows a failure
       return;
@@ -248,7 +290,8 @@ struct Context::Impl : planner::UnitHooks {
 
   void reshard(int u) {
     UnitRuntime& unit = units[u];
-    // The slot may be reused right after: the all-gather into it must have finished.
+    // The slot may be reused right after: the all-gather into it must have finished. (On a
+    // GPU the next all-gather into the slot runs on the same stream, after compute.)
     wait_for_gather(u);
     if (unit.resident) {
       for (const auto& group : unit.groups) live_bytes -= group.unsharded_bytes();
@@ -256,8 +299,7 @@ struct Context::Impl : planner::UnitHooks {
     }
     if (unit.bound) {
       for (size_t g = 0; g < unit.groups.size(); ++g) {
-        const at::Tensor empty =
-            at::empty({0}, at::TensorOptions().dtype(unit.groups[g].compute_dtype()));
+        const at::Tensor empty = at::empty({0}, on_device(unit.groups[g].compute_dtype()));
         for (const auto& registrations : unit.places[g]) {
           for (const ParamSlot& p : registrations) p.owner->setSlot(p.slot, empty);
         }
@@ -310,6 +352,7 @@ struct Context::Impl : planner::UnitHooks {
   }
 
   void issue_reduce_scatter(int u) {
+    if (gpu) return issue_reduce_scatter_on_gpu(u);
     UnitRuntime& unit = units[u];
     for (size_t g = 0; g < unit.groups.size(); ++g) {
       FlatGroup& group = unit.groups[g];
@@ -336,14 +379,55 @@ struct Context::Impl : planner::UnitHooks {
     unit.grads.assign(unit.groups.size(), at::Tensor());
   }
 
-  void end_of_backward() {
-    if (backward_done) return;
-    perform(cursor->finish());
-    for (int w : rs_order->finish()) issue_reduce_scatter(w);
+  // The same on a GPU, in the reduce dtype: the gradient and the output shard are made on
+  // compute, the reduce stream waits for them, reduce-scatters and accumulates into the main
+  // gradient with LibTorch's kernels on its own stream, so backward goes on meanwhile. The
+  // allocator learns that the temporaries are in use there.
+  void issue_reduce_scatter_on_gpu(int u) {
+    UnitRuntime& unit = units[u];
+    Stream& stream = *reduce_stream;
+    for (size_t g = 0; g < unit.groups.size(); ++g) {
+      FlatGroup& group = unit.groups[g];
+      if (!group.trainable()) continue;
+      at::Tensor main_grad = group.main_grad();
+      const at::ScalarType dtype = main_grad.scalar_type();
+      const at::Tensor input = g < unit.grads.size() && unit.grads[g].defined()
+                                   ? unit.grads[g].to(dtype).contiguous()
+                                   : at::zeros({group.layout().padded_numel}, on_device(dtype));
+      const at::Tensor output = at::empty({group.layout().shard_numel}, on_device(dtype));
+      const std::string what = "reduce-scatter of " + name(u) + " group " + std::to_string(g);
+      after_compute(stream);
+      gpu->reduce_scatter(*rs_comm, input, output, ReduceOp::kAvg, what);
+      gpu->record_on(input, stream);
+      gpu->record_on(output, stream);
+      gpu->run_on(stream, [&] { main_grad.add_(output); });
+      if (is_last_microbatch && replica_comm) {
+        gpu->all_reduce(*replica_comm, main_grad, ReduceOp::kAvg,
+                        "all-reduce across replicas of " + name(u));
+      }
+    }
+    unit.grads.assign(unit.groups.size(), at::Tensor());
+  }
+
+  // The end of backward's wait for the reduce stream: on a GPU the compute stream waits
+  // (the optimizer reads the main gradients there), and failures so far are raised.
+  void wait_for_reductions() {
+    if (gpu) {
+      gpu->compute().wait_for(reduce_stream->record());
+      gpu->check();
+      return;
+    }
     const int64_t start = timeline ? Timeline::now_us() : 0;
     exposed_us += timed_us([&] { reduce_stream->synchronize(); });
     if (timeline)
       timeline->record("compute", "wait for reduce-scatters", start, Timeline::now_us());
+  }
+
+  void end_of_backward() {
+    if (backward_done) return;
+    perform(cursor->finish());
+    for (int w : rs_order->finish()) issue_reduce_scatter(w);
+    wait_for_reductions();
     settle_units();
     if (microbatches_seen++ == 0) report_order(cursor->divergences());
     is_last_microbatch = true;
@@ -425,6 +509,29 @@ ParamSlot locate(const std::map<std::string, torch::jit::Module>& modules, const
   return {owner, owner->type()->getAttributeSlot(attr)};
 }
 
+// Whether this rank trains on its GPU, by `device` ("cpu", "cuda", "auto"), agreed by all
+// ranks: each says whether it can, and `auto` picks cuda only when all can. Sets
+// `description` to "cpu" plus, for auto, why. Error(kRuntime) on every rank when cuda was
+// asked for and some rank cannot, naming the first.
+bool choose_gpu(Rendezvous& rendezvous, const std::string& device, std::string& description) {
+  if (device == "cpu") return false;
+  const GpuAvailability mine = gpu_availability();
+  const std::vector<std::string> all = rendezvous.exchange(
+      "mfsdp/gpu-available", mine.available ? "" : mine.why_not + "\n" + mine.fix);
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    const std::string why = all[r].substr(0, all[r].find('\n'));
+    const std::string fix = all[r].substr(all[r].find('\n') + 1);
+    if (device == "cuda") {
+      fail(ExitCode::kRuntime, "rank " + std::to_string(r) + " cannot train on a GPU: " + why +
+                                   "; " + fix + ", or train with --device cpu");
+    }
+    description = "cpu (auto: rank " + std::to_string(r) + " has no usable GPU: " + why + ")";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::unique_ptr<Context> Context::create(const std::string& plan_path,
@@ -440,10 +547,8 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
                                "; re-plan with --world-size " + std::to_string(env.world_size) +
                                " or launch " + std::to_string(plan.mesh.world_size) + " ranks");
   }
-  if (plan.policy.reduce_dtype != "float32") {
-    fail(ExitCode::kUsage, plan_path + ": reduce dtype " + plan.policy.reduce_dtype +
-                               " is not supported by the CPU (Gloo) executor; plan with "
-                               "--reduce-dtype float32");
+  if (options.device != "cpu" && options.device != "cuda" && options.device != "auto") {
+    fail(ExitCode::kUsage, "device must be cpu, cuda or auto, got '" + options.device + "'");
   }
 
   // Graph executors specialise and cache graphs at the first forward; the instrumented
@@ -460,6 +565,12 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   impl->rendezvous = std::make_unique<Rendezvous>(env, options.collective_timeout);
   impl->rank = env.rank;
   check_same_plan_everywhere(*impl->rendezvous, plan, model_path);
+  const bool on_gpu = choose_gpu(*impl->rendezvous, options.device, impl->device_description);
+  if (!on_gpu && plan.policy.reduce_dtype != "float32") {
+    fail(ExitCode::kUsage, plan_path + ": reduce dtype " + plan.policy.reduce_dtype +
+                               " is not supported on the CPU (Gloo); train on GPUs (--device "
+                               "cuda) or plan with --reduce-dtype float32");
+  }
 
   // Mesh: replicas are outer, shards inner: rank = replica * shard_size + shard_rank.
   const int shards = static_cast<int>(plan.mesh.shard_size);
@@ -470,35 +581,58 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   const std::vector<int> replica_group = range_group(impl->shard_rank, replicas, shards);
   const std::vector<int> world = range_group(0, env.world_size, 1);
 
-  // Streams and communicators, in the same order on every rank.
-  impl->ag_stream = make_cpu_stream(plan.policy.unified_stream ? "unified" : "all_gather");
-  if (!plan.policy.unified_stream) impl->rs_stream = make_cpu_stream("reduce_scatter");
-  impl->reduce_stream = plan.policy.unified_stream ? impl->ag_stream.get() : impl->rs_stream.get();
-  Stream& rs_stream = *impl->reduce_stream;
-  impl->control_stream = make_cpu_stream("control");
+  // Streams, communicators and the plan's static slots (unsharded parameters live only in
+  // them), in the same order on every rank.
   const auto timeout = options.collective_timeout;
-  Rendezvous& rdv = *impl->rendezvous;
-  impl->ag_comm = rdv.gloo_communicator("all_gather." + std::to_string(impl->replica), shard_group,
-                                        *impl->ag_stream, timeout);
-  impl->rs_comm = rdv.gloo_communicator("reduce_scatter." + std::to_string(impl->replica),
-                                        shard_group, rs_stream, timeout);
-  if (replicas > 1) {
-    impl->replica_comm = rdv.gloo_communicator("replicas." + std::to_string(impl->shard_rank),
-                                               replica_group, rs_stream, timeout);
+  if (on_gpu) {
+    impl->gpu = GpuRuntime::create(plan, env, *impl->rendezvous, timeout);
+    GpuRuntime& gpu = *impl->gpu;
+    impl->device = gpu.device();
+    impl->device_description = gpu.describe();
+    const std::string gather = plan.policy.unified_stream ? "unified" : "all_gather";
+    impl->ag_stream = &gpu.stream(gather);
+    impl->reduce_stream = &gpu.stream(plan.policy.unified_stream ? "unified" : "reduce_scatter");
+    impl->rs_stream = plan.policy.unified_stream ? nullptr : impl->reduce_stream;
+    impl->control_stream = &gpu.stream("control");
+    impl->ag_comm = gpu.communicator("all_gather");
+    impl->rs_comm = gpu.communicator("reduce_scatter");
+    impl->replica_comm = gpu.communicator("replicas");
+    impl->control_comm = gpu.communicator("control");
+  } else {
+    auto stream = [&](const std::string& name) {
+      impl->owned_streams.push_back(make_cpu_stream(name));
+      return impl->owned_streams.back().get();
+    };
+    impl->ag_stream = stream(plan.policy.unified_stream ? "unified" : "all_gather");
+    if (!plan.policy.unified_stream) impl->rs_stream = stream("reduce_scatter");
+    impl->reduce_stream = plan.policy.unified_stream ? impl->ag_stream : impl->rs_stream;
+    impl->control_stream = stream("control");
+    Rendezvous& rdv = *impl->rendezvous;
+    auto gloo = [&](const std::string& name, const std::vector<int>& group, Stream& on) {
+      impl->owned_communicators.push_back(rdv.gloo_communicator(name, group, on, timeout));
+      return impl->owned_communicators.back().get();
+    };
+    impl->ag_comm =
+        gloo("all_gather." + std::to_string(impl->replica), shard_group, *impl->ag_stream);
+    impl->rs_comm =
+        gloo("reduce_scatter." + std::to_string(impl->replica), shard_group, *impl->reduce_stream);
+    if (replicas > 1) {
+      impl->replica_comm =
+          gloo("replicas." + std::to_string(impl->shard_rank), replica_group, *impl->reduce_stream);
+    }
+    impl->control_comm = gloo("control", world, *impl->control_stream);
+    for (const auto& slot : plan.memory.slots) {
+      impl->slots.emplace_back(static_cast<size_t>(slot.bytes));
+    }
   }
-  impl->control_comm = rdv.gloo_communicator("control", world, *impl->control_stream, timeout);
   if (options.record_timeline) {
     impl->timeline = std::make_unique<Timeline>();
-    for (Communicator* comm :
-         {impl->ag_comm.get(), impl->rs_comm.get(), impl->replica_comm.get()}) {
+    for (Communicator* comm : {impl->ag_comm, impl->rs_comm, impl->replica_comm}) {
       if (comm) comm->set_timeline(impl->timeline.get());
     }
   }
-
-  // The plan's static slots, allocated once; unsharded parameters live only in them.
   std::map<std::string, int> slot_of;
   for (const auto& slot : plan.memory.slots) {
-    impl->slots.emplace_back(static_cast<size_t>(slot.bytes));
     for (const auto& unit : slot.units) slot_of[unit] = static_cast<int>(slot.index);
   }
 
@@ -512,12 +646,14 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
     unit.plan = &planned;
     auto it = slot_of.find(planned.name);
     unit.slot = it == slot_of.end() ? -1 : it->second;
-    uint8_t* base = unit.slot == -1 ? nullptr : impl->slots[unit.slot].data();
+    uint8_t* base = unit.slot == -1 ? nullptr
+                    : impl->gpu     ? static_cast<uint8_t*>(impl->gpu->slot(unit.slot))
+                                    : impl->slots[unit.slot].data();
     int64_t offset = 0;
     unit.groups.reserve(planned.groups.size());
     for (const auto& group : planned.groups) {
-      unit.groups.emplace_back(group, plan.policy, impl->shard_rank,
-                               base ? base + offset : nullptr);
+      unit.groups.emplace_back(group, plan.policy, impl->shard_rank, base ? base + offset : nullptr,
+                               impl->device);
       offset += unit.groups.back().unsharded_bytes();
       std::vector<at::Tensor> values;
       std::vector<std::vector<ParamSlot>> places;
@@ -536,8 +672,10 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   // From here on the only copy of a parameter is its master shard.
   for (const ParamSlot& p : all_places) {
     const at::Tensor value = p.owner->getSlot(p.slot).toTensor();
-    p.owner->setSlot(p.slot, at::empty({0}, value.options()));
+    p.owner->setSlot(p.slot, at::empty({0}, value.options().device(impl->device)));
   }
+  // Buffers (and the parameters' empty placeholders) move to the device.
+  if (impl->gpu) impl->module.to(impl->device);
 
   planner::instrument_units(impl->module, unit_paths);
   impl->cursor = std::make_unique<ScheduleCursor>(impl->plan);
@@ -583,6 +721,12 @@ int Context::rank() const {
 }
 int Context::world_size() const {
   return static_cast<int>(impl_->plan.mesh.world_size);
+}
+at::Device Context::device() const {
+  return impl_->device;
+}
+const std::string& Context::device_description() const {
+  return impl_->device_description;
 }
 
 void Context::microbatch(bool is_last) {
@@ -671,9 +815,7 @@ double Context::clip_grad_norm(double max_norm) {
     }
   }
   // Shards are disjoint within a shard group and identical across replicas.
-  float value = static_cast<float>(local);
-  impl_->control_comm->all_reduce(&value, 1, ReduceOp::kSum, "gradient-norm all-reduce");
-  impl_->control_stream->synchronize();
+  const double value = impl_->all_reduce_scalar(local, ReduceOp::kSum, "gradient-norm all-reduce");
   const double replicas = static_cast<double>(impl_->plan.mesh.replicate_size);
   const double norm = std::sqrt(value / replicas);
   if (norm > max_norm) {
@@ -688,10 +830,7 @@ double Context::clip_grad_norm(double max_norm) {
 }
 
 double Context::mean_over_ranks(double value) {
-  float v = static_cast<float>(value);
-  impl_->control_comm->all_reduce(&v, 1, ReduceOp::kAvg, "mean over ranks");
-  impl_->control_stream->synchronize();
-  return v;
+  return impl_->all_reduce_scalar(value, ReduceOp::kAvg, "mean over ranks");
 }
 
 std::map<std::string, at::Tensor> Context::full_parameters() {
@@ -701,14 +840,16 @@ std::map<std::string, at::Tensor> Context::full_parameters() {
       at::Tensor master = group.master().detach().contiguous();
       at::Tensor full = at::empty({group.layout().padded_numel}, master.options());
       const int64_t bytes = master.numel() * master.element_size();
+      impl_->after_compute(*impl_->ag_stream);
       impl_->ag_comm->all_gather(master.data_ptr(), full.data_ptr(), bytes,
                                  "full-parameter all-gather of " + unit.plan->name);
       impl_->ag_stream->synchronize();
       const std::vector<at::Tensor> values = group.unflatten(full);
       for (size_t p = 0; p < values.size(); ++p) {
         const auto& layout = group.layout().params[p];
-        out[layout.name] = values[p];
-        for (const auto& alias : layout.aliases) out[alias] = values[p];
+        const at::Tensor value = values[p].to(at::kCPU);
+        out[layout.name] = value;
+        for (const auto& alias : layout.aliases) out[alias] = value;
       }
     }
   }
@@ -729,6 +870,8 @@ ContextStats Context::stats() const {
     }
   }
   for (const auto& slot : impl_->slots) s.slot_bytes += static_cast<int64_t>(slot.size());
+  if (impl_->gpu) s.slot_bytes = impl_->gpu->slot_bytes();
+  s.exposed_comm_measured = !impl_->gpu;
   s.peak_unsharded_bytes = impl_->peak_bytes;
   s.divergences = impl_->divergences;
   s.exposed_comm_us = impl_->exposed_us;

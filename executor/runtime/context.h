@@ -37,6 +37,10 @@ struct ContextOptions {
   // Record a timeline (unit spans, collectives, waits) for a Chrome/Perfetto trace; see
   // Context::timeline().
   bool record_timeline = false;
+  // Where this rank trains: "cpu" (Gloo, host memory), "cuda" (the GPU that LOCAL_RANK picks,
+  // NCCL, see docs/gpu.md) or "auto" (cuda when every rank can use a GPU, else cpu).
+  // Context::device_description() says what was chosen and, for auto's cpu, why.
+  std::string device = "cpu";
 };
 
 struct ContextStats {
@@ -49,6 +53,9 @@ struct ContextStats {
   // reduce-scatter stream at the end of backward), summed since the context was created:
   // communication that prefetching did not hide.
   int64_t exposed_comm_us = 0;
+  // False on a GPU: there compute waits on the device, not on the host, and exposed_comm_us
+  // stays 0.
+  bool exposed_comm_measured = true;
 };
 
 class Timeline;
@@ -67,6 +74,10 @@ class Context {
   const schema::Plan& plan() const;
   int rank() const;
   int world_size() const;
+  // Where parameters, gradients and the model's computation live: feed inputs on it.
+  at::Device device() const;
+  // "cpu", or "cuda:0 (NVIDIA H200, PCI ...)"; for an auto choice of cpu, also why.
+  const std::string& device_description() const;
 
   // Gradient accumulation: call before each microbatch's forward. Plain FSDP reduce-scatters
   // into the sharded main gradients every microbatch; HSDP also all-reduces them across
@@ -90,7 +101,7 @@ class Context {
   // Scales the main gradients so that their global L2 norm is at most `max_norm`; returns
   // the norm before scaling.
   double clip_grad_norm(double max_norm);
-  // Full parameter values by name (aliases included), gathered on every rank.
+  // Full parameter values by name (aliases included), gathered on every rank, on the CPU.
   std::map<std::string, at::Tensor> full_parameters();
 
   // An all-reduce mean over all ranks of a scalar, for reporting (e.g. the loss).

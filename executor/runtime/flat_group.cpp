@@ -7,20 +7,22 @@
 namespace mfsdp::executor {
 
 FlatGroup::FlatGroup(const schema::Group& group, const schema::Policy& policy, int64_t shard_rank,
-                     void* unsharded)
+                     void* unsharded, at::Device device)
     : group_(&group),
       storage_(planner::scalar_type_of(group.dtype)),
       compute_(planner::scalar_type_of(schema::compute_dtype(policy, group.dtype))),
       reduce_(planner::scalar_type_of(policy.reduce_dtype)),
       shard_rank_(shard_rank),
-      unsharded_(unsharded) {
-  master_ = torch::zeros({group.shard_numel}, at::TensorOptions().dtype(storage_));
+      unsharded_(unsharded),
+      device_(device) {
+  const auto on_device = at::TensorOptions().device(device);
+  master_ = torch::zeros({group.shard_numel}, on_device.dtype(storage_));
   if (trainable()) {
     master_.set_requires_grad(true);
-    main_grad_ = torch::zeros({group.shard_numel}, at::TensorOptions().dtype(reduce_));
+    main_grad_ = torch::zeros({group.shard_numel}, on_device.dtype(reduce_));
   }
   if (compute_ != storage_) {
-    staging_ = torch::empty({group.shard_numel}, at::TensorOptions().dtype(compute_));
+    staging_ = torch::empty({group.shard_numel}, on_device.dtype(compute_));
   }
 }
 
@@ -66,7 +68,8 @@ const void* FlatGroup::gather_input() {
 }
 
 at::Tensor FlatGroup::unsharded() const {
-  return torch::from_blob(unsharded_, {group_->padded_numel}, at::TensorOptions().dtype(compute_));
+  return torch::from_blob(unsharded_, {group_->padded_numel},
+                          at::TensorOptions().dtype(compute_).device(device_));
 }
 
 void FlatGroup::bind(std::vector<at::Tensor>& views) {

@@ -16,9 +16,10 @@ namespace mfsdp::executor {
 
 class FlatGroup {
  public:
-  // `unsharded` points at this group's bytes inside the unit's slot.
+  // `unsharded` points at this group's bytes inside the unit's slot, in `device`'s memory;
+  // the master shard and main gradient are allocated there too.
   FlatGroup(const schema::Group& group, const schema::Policy& policy, int64_t shard_rank,
-            void* unsharded);
+            void* unsharded, at::Device device = at::kCPU);
 
   const schema::Group& layout() const { return *group_; }
   bool trainable() const;
@@ -54,6 +55,7 @@ class FlatGroup {
   c10::ScalarType reduce_;
   int64_t shard_rank_;
   void* unsharded_;
+  at::Device device_;
   at::Tensor master_;
   at::Tensor main_grad_;
   at::Tensor staging_;  // master cast to the compute dtype when the two differ

@@ -101,9 +101,17 @@ RankState collect_rank_state(Context& context, int64_t step) {
     state.buffer_names.push_back(buffer.name);
     state.buffers.push_back(buffer.value);
   }
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  state.rng_state = generator.get_state();
+  {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    state.rng_state = generator.get_state();
+  }
+  if (context.device().is_cuda()) {
+    // Dropout and other random ops on the GPU draw from the device's generator.
+    at::Generator generator = at::globalContext().defaultGenerator(context.device());
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    state.device_rng_state = generator.get_state();
+  }
   return state;
 }
 
@@ -242,7 +250,8 @@ RankState read_own_part(Context& context, const ShardedOptimizer& optimizer,
     fail(ExitCode::kUsage, checkpoint + "/" + kManifestFile + " lists no file for rank " +
                                std::to_string(context.rank()) + "; use another checkpoint");
   }
-  RankState state = read_rank_file(checkpoint, *entry, manifest.step);
+  // Onto the device this run trains on, whichever one saved it.
+  RankState state = read_rank_file(checkpoint, *entry, manifest.step, context.device());
   const std::string file = checkpoint + "/" + entry->file;
   const std::vector<at::Tensor> masters = context.sharded_parameters();
   bool fits = state.shard_names == trainable_group_names(context.plan()) &&
@@ -352,7 +361,13 @@ TrainingState load_checkpoint(Context& context, ShardedOptimizer& optimizer,
   {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(state.rng_state);
+    generator.set_state(state.rng_state.to(at::kCPU));
+  }
+  if (context.device().is_cuda() && state.device_rng_state.defined()) {
+    // Absent when the checkpoint was saved on the CPU: the GPU generator keeps its seed.
+    at::Generator generator = at::globalContext().defaultGenerator(context.device());
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state.device_rng_state.to(at::kCPU));
   }
   context.zero_grad();
   TrainingState restored;

@@ -167,6 +167,9 @@ RankFileEntry write_rank_file(const std::string& path, const RankState& state,
   write_tensors(archive, "shards", state.shard_names, state.shards);
   write_tensors(archive, "buffers", state.buffer_names, state.buffers);
   archive.write("rng_state", state.rng_state, /*is_buffer=*/true);
+  if (state.device_rng_state.defined()) {
+    archive.write("device_rng_state", state.device_rng_state, /*is_buffer=*/true);
+  }
   torch::serialize::OutputArchive optimizer_state(archive.compilation_unit());
   optimizer.save(optimizer_state);
   archive.write("optimizer", optimizer_state);
@@ -236,6 +239,7 @@ RankState read_rank_file(const std::string& checkpoint, const RankFileEntry& ent
     read_tensors(archive, "shards", state.shard_names, state.shards);
     read_tensors(archive, "buffers", state.buffer_names, state.buffers);
     archive.read("rng_state", state.rng_state, /*is_buffer=*/true);
+    archive.try_read("device_rng_state", state.device_rng_state, /*is_buffer=*/true);
     archive.read("optimizer", state.optimizer);
   } catch (const c10::Error& e) {
     fail(ExitCode::kUsage, path + " cannot be read as a rank file (" +

@@ -59,8 +59,9 @@ struct RankState {
   std::vector<std::string> shard_names;
   std::vector<at::Tensor> shards;  // this rank's fp32 master shards
   std::vector<std::string> buffer_names;
-  std::vector<at::Tensor> buffers;           // the rank's model buffers
-  at::Tensor rng_state;                      // the default CPU generator
+  std::vector<at::Tensor> buffers;  // the rank's model buffers
+  at::Tensor rng_state;             // the default CPU generator
+  at::Tensor device_rng_state;      // the training GPU's default generator; undefined on the CPU
   torch::serialize::InputArchive optimizer;  // read back only; ShardedOptimizer::load takes it
 };
 

@@ -258,13 +258,15 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   const int64_t trace_first = first_step + (config.steps - first_step > 1 ? 1 : 0);
   const int64_t trace_end = trace_first + config.trace_steps;
   if (lead) {
-    out << "mfsdp run: " << ctx->world_size() << " rank(s), " << ctx->plan().units.size()
-        << " units, " << data->describe() << ", global batch " << data_config.global_batch << " = "
-        << ctx->world_size() << " rank(s) x " << microbatches << " microbatch(es) x "
-        << data_config.global_batch / ctx->world_size() / microbatches << std::endl;
+    out << "mfsdp run: " << ctx->world_size() << " rank(s) on " << ctx->device_description() << ", "
+        << ctx->plan().units.size() << " units, " << data->describe() << ", global batch "
+        << data_config.global_batch << " = " << ctx->world_size() << " rank(s) x " << microbatches
+        << " microbatch(es) x " << data_config.global_batch / ctx->world_size() / microbatches
+        << std::endl;
   }
 
   Progress progress(config, out, data_config.global_batch);
+  const bool stats_measured = ctx->stats().exposed_comm_measured;
   double total_ms = 0, total_exposed_ms = 0;
   int64_t timed = 0;
   int64_t last_saved = -1;
@@ -280,7 +282,9 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
     StepRecord record;
     for (int64_t m = 0; m < microbatches; ++m) {
       microbatch(*ctx, m + 1 == microbatches);
-      const Batch batch = data->batch(step, m);
+      Batch batch = data->batch(step, m);
+      batch.input = batch.input.to(ctx->device());
+      if (batch.target.defined()) batch.target = batch.target.to(ctx->device());
       const c10::IValue output = ctx->forward(loss.forward_inputs(batch));
       const at::Tensor value = loss.compute(output, batch) / static_cast<double>(microbatches);
       ctx->backward(value);
@@ -315,7 +319,8 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
                           {"rank_loss", record.local_loss},
                           {"lr", lr},
                           {"step_ms", record.ms},
-                          {"exposed_comm_ms", record.exposed_ms},
+                          {"exposed_comm_ms", stats_measured ? nlohmann::json(record.exposed_ms)
+                                                             : nlohmann::json(nullptr)},
                           {"samples_per_s", data_config.global_batch / (record.ms / 1000.0)},
                           {"peak_unsharded_bytes", ctx->stats().peak_unsharded_bytes},
                           {"rss_bytes", status_bytes("VmRSS")},
@@ -379,8 +384,13 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   const int64_t planned = ctx->plan().memory.peak_unsharded_bytes;
   out << std::fixed << std::setprecision(1) << "done: " << state.step - first_step
       << " steps; mean step " << mean_ms << " ms; " << std::setprecision(0)
-      << data_config.global_batch / (mean_ms / 1000.0) << " samples/s; exposed communication "
-      << std::setprecision(1) << exposed_sum / ranks.size() << " % of step time" << std::endl;
+      << data_config.global_batch / (mean_ms / 1000.0) << " samples/s; ";
+  if (stats_measured) {
+    out << "exposed communication " << std::setprecision(1) << exposed_sum / ranks.size()
+        << " % of step time" << std::endl;
+  } else {
+    out << "exposed communication not measured on GPUs" << std::endl;
+  }
   out << "memory: peak unsharded " << worst_peak << " B measured vs " << planned << " B planned"
       << (worst_peak == planned ? "" : " (differs)") << "; sharded params "
       << stats.sharded_param_bytes << " B per rank; peak RSS " << rss << std::endl;

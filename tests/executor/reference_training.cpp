@@ -28,9 +28,11 @@ auto find_state(StateMap& state, c10::TensorImpl* impl) {
 }  // namespace
 
 TrainingResult train_reference(const TrainingTask& task, const std::string& model_path, int steps,
-                               const std::string& optimizer, std::optional<double> clip_grad_norm) {
+                               const std::string& optimizer, std::optional<double> clip_grad_norm,
+                               at::Device device) {
   torch::jit::setGraphExecutorOptimize(false);  // as the executor runs graphs
   torch::jit::Module module = torch::jit::load(model_path);
+  module.to(device);
   module.train();
   // Tied weights are registered twice; the optimizer must see each tensor once.
   std::vector<at::Tensor> unique;
@@ -55,8 +57,8 @@ TrainingResult train_reference(const TrainingTask& task, const std::string& mode
   TrainingResult result;
   for (int step = 0; step < steps; ++step) {
     const Batch batch = global_batch(task, kParityBatch, step);
-    const at::Tensor out = module.forward({batch.inputs}).toTensor();
-    const at::Tensor loss = task_loss(task, out, batch.targets);
+    const at::Tensor out = module.forward({batch.inputs.to(device)}).toTensor();
+    const at::Tensor loss = task_loss(task, out, batch.targets.to(device));
     opt->zero_grad();
     loss.backward();
     if (clip_grad_norm) {
@@ -66,7 +68,7 @@ TrainingResult train_reference(const TrainingTask& task, const std::string& mode
     result.losses.push_back(loss.item<double>());
   }
   for (const auto& p : module.named_parameters()) {
-    result.params[p.name] = p.value.detach().clone();
+    result.params[p.name] = p.value.detach().to(at::kCPU).clone();
     auto& state = opt->state();
     auto it = find_state(state, p.value.unsafeGetTensorImpl());
     if (c.kind == "sgd" || it == state.end()) continue;
@@ -74,7 +76,7 @@ TrainingResult train_reference(const TrainingTask& task, const std::string& mode
         static_cast<torch::optim::AdamWParamState&>(*it->second).exp_avg_sq().sqrt();
     // Exactly-zero gradients (unused embedding rows, dead units) are not noise: Adam leaves
     // them alone on both sides, and they must match.
-    result.rounding_only[p.name] = (scale > 0) & (scale < 1e-6 * scale.max());
+    result.rounding_only[p.name] = ((scale > 0) & (scale < 1e-6 * scale.max())).to(at::kCPU);
   }
   return result;
 }

@@ -27,9 +27,11 @@ struct TrainingResult {
   std::vector<double> grad_norms;
 };
 
-// `clip_grad_norm`: clip the gradients' global L2 norm to this before each step.
+// `clip_grad_norm`: clip the gradients' global L2 norm to this before each step. `device`:
+// where the model trains (a single-GPU reference for the GPU runtime); results are on the CPU.
 TrainingResult train_reference(const TrainingTask& task, const std::string& model_path, int steps,
                                const std::string& optimizer,
-                               std::optional<double> clip_grad_norm = std::nullopt);
+                               std::optional<double> clip_grad_norm = std::nullopt,
+                               at::Device device = at::kCPU);
 
 }  // namespace mfsdp::testing

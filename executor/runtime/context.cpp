@@ -110,12 +110,17 @@ struct Context::Impl : planner::UnitHooks {
   std::vector<std::string> divergences;
   planner::UnitHooks* previous_hooks = nullptr;
   std::exception_ptr pending_error;
+  std::vector<FlatGroup*> spent;       // reduce-scattered groups whose leaf still holds a grad
   std::unique_ptr<Timeline> timeline;  // when recording
   int64_t exposed_us = 0;              // compute blocked on collectives, summed
   bool evaluating = false;             // inside evaluate(): no backward follows
 
   ~Impl() override {
     planner::set_unit_hooks(previous_hooks);
+    // Tensors that LibTorch's allocator knows to be in use on a GPU stream (gradients handed
+    // to reduce-scatters) must be freed while that stream exists.
+    spent.clear();
+    units.clear();
     // Streams must stop before the buffers their work points at go away.
     owned_communicators.clear();
     owned_streams.clear();
@@ -154,6 +159,7 @@ struct Context::Impl : planner::UnitHooks {
 
   void start_microbatch_if_needed() {
     if (in_step) return;
+    if (gpu) gpu->check_compute_stream("a microbatch's forward");
     in_step = true;
     backward_done = false;
     callback_queued = false;
@@ -336,6 +342,7 @@ struct Context::Impl : planner::UnitHooks {
 
   // --- Gradients ------------------------------------------------------------------------
   void on_gradient(int u, int g, const at::Tensor& grad) {
+    drop_spent_gradients();
     UnitRuntime& unit = units[u];
     if (unit.grads[g].defined()) {
       fail(ExitCode::kInternal, "unit " + name(u) + " group " + std::to_string(g) +
@@ -349,6 +356,17 @@ struct Context::Impl : planner::UnitHooks {
                        Timeline::now_us());
     }
     for (int w : rs_order->ready(u)) issue_reduce_scatter(w);
+  }
+
+  // Autograd stores each flat gradient in its leaf's .grad after the hook has seen it; once
+  // the gradient is reduce-scattered that copy is dead weight (a whole unit's unsharded
+  // gradient). Dropped at the next gradient or at the end of backward, by when autograd is
+  // done with the leaf.
+  void drop_spent_gradients() {
+    for (FlatGroup* group : spent) {
+      if (group->leaf().defined()) group->leaf().mutable_grad().reset();
+    }
+    spent.clear();
   }
 
   void issue_reduce_scatter(int u) {
@@ -365,6 +383,7 @@ struct Context::Impl : planner::UnitHooks {
       const std::string what = "reduce-scatter of " + name(u) + " group " + std::to_string(g);
       rs_comm->reduce_scatter(input.data_ptr<float>(), output.data_ptr<float>(), count,
                               ReduceOp::kAvg, what);
+      spent.push_back(&group);
       at::Tensor main_grad = group.main_grad();
       reduce_stream->enqueue(
           [input, output, main_grad]() mutable {
@@ -398,6 +417,7 @@ struct Context::Impl : planner::UnitHooks {
       const std::string what = "reduce-scatter of " + name(u) + " group " + std::to_string(g);
       after_compute(stream);
       gpu->reduce_scatter(*rs_comm, input, output, ReduceOp::kAvg, what);
+      spent.push_back(&group);
       gpu->record_on(input, stream);
       gpu->record_on(output, stream);
       gpu->run_on(stream, [&] { main_grad.add_(output); });
@@ -427,6 +447,7 @@ struct Context::Impl : planner::UnitHooks {
     if (backward_done) return;
     perform(cursor->finish());
     for (int w : rs_order->finish()) issue_reduce_scatter(w);
+    drop_spent_gradients();
     wait_for_reductions();
     settle_units();
     if (microbatches_seen++ == 0) report_order(cursor->divergences());
@@ -439,6 +460,7 @@ struct Context::Impl : planner::UnitHooks {
     perform(cursor->finish_forward());
     for (size_t u = 0; u < units.size(); ++u) reshard(static_cast<int>(u));
     settle_units();
+    if (gpu) gpu->check();  // a failed all-gather would have left garbage in the output
   }
 
   void settle_units() {
@@ -513,9 +535,10 @@ ParamSlot locate(const std::map<std::string, torch::jit::Module>& modules, const
 // ranks: each says whether it can, and `auto` picks cuda only when all can. Sets
 // `description` to "cpu" plus, for auto, why. Error(kRuntime) on every rank when cuda was
 // asked for and some rank cannot, naming the first.
-bool choose_gpu(Rendezvous& rendezvous, const std::string& device, std::string& description) {
+bool choose_gpu(Rendezvous& rendezvous, const LaunchEnv& env, const std::string& device,
+                std::string& description) {
   if (device == "cpu") return false;
-  const GpuAvailability mine = gpu_availability();
+  const GpuAvailability mine = gpu_availability(env);
   const std::vector<std::string> all = rendezvous.exchange(
       "mfsdp/gpu-available", mine.available ? "" : mine.why_not + "\n" + mine.fix);
   for (size_t r = 0; r < all.size(); ++r) {
@@ -565,7 +588,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   impl->rendezvous = std::make_unique<Rendezvous>(env, options.collective_timeout);
   impl->rank = env.rank;
   check_same_plan_everywhere(*impl->rendezvous, plan, model_path);
-  const bool on_gpu = choose_gpu(*impl->rendezvous, options.device, impl->device_description);
+  const bool on_gpu = choose_gpu(*impl->rendezvous, env, options.device, impl->device_description);
   if (!on_gpu && plan.policy.reduce_dtype != "float32") {
     fail(ExitCode::kUsage, plan_path + ": reduce dtype " + plan.policy.reduce_dtype +
                                " is not supported on the CPU (Gloo); train on GPUs (--device "

@@ -26,6 +26,9 @@ struct CudaStreamState {
     std::weak_ptr<CudaStreamState> waiter;
     uint64_t waiter_ticket = 0;
     uint64_t after = 0;
+    // An event of this stream at `after`: once it has completed the entry can go, even when
+    // nobody waits on the host (compute only ever waits on the device).
+    std::shared_ptr<CudaEvent> marker;
   };
 
   CudaStreamState(std::string name, int device) : name(std::move(name)), device(device) {}
@@ -69,23 +72,39 @@ struct CudaStreamState {
 
   // Registers `waiter`, or fails it at once when the work it waits for has already failed.
   void add_dependent(const std::shared_ptr<CudaStreamState>& waiter, uint64_t waiter_ticket,
-                     uint64_t after) {
+                     uint64_t after, std::shared_ptr<CudaEvent> marker) {
     std::optional<Failure> already;
+    std::vector<Dependent> forgotten;  // released outside the lock (they hold events)
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (failure && failure->ticket <= after) {
         already = failure;
       } else if (!failure) {
         // Work that has completed without failing cannot fail any more: forget its waiters.
+        // Their markers say how far the device got; the list stays as short as the work in
+        // flight.
+        for (const Dependent& d : dependents) {
+          if (d.after > completed && d.marker &&
+              cudaEventQuery(d.marker->native()) == cudaSuccess) {
+            completed = d.after;
+          }
+        }
         std::vector<Dependent> kept;
         for (Dependent& d : dependents) {
-          if (d.after > completed && !d.waiter.expired()) kept.push_back(std::move(d));
+          (d.after > completed && !d.waiter.expired() ? kept : forgotten).push_back(std::move(d));
         }
         dependents = std::move(kept);
-        dependents.push_back(Dependent{waiter, waiter_ticket, after});
+        dependents.push_back(Dependent{waiter, waiter_ticket, after, std::move(marker)});
       }
     }
     if (already) waiter->fail(waiter_ticket, already->code, already->message);
+  }
+
+  // The markers hold this state: drop them when the stream goes, or neither would be freed.
+  void forget_dependents() {
+    std::vector<Dependent> forgotten;
+    std::lock_guard<std::mutex> lock(mutex);
+    forgotten.swap(dependents);
   }
 };
 
@@ -160,6 +179,7 @@ CudaStream::CudaStream(std::string name, int device, cudaStream_t borrowed)
 }
 
 CudaStream::~CudaStream() {
+  state_->forget_dependents();
   if (!state_->owned) return;
   // Like a CPU stream, finish the work first: its buffers may be freed right after.
   if (!failed()) cudaStreamSynchronize(state_->stream);
@@ -209,7 +229,8 @@ void CudaStream::wait_for(std::shared_ptr<Event> event) {
              "stream '" + state_->name + "' waiting for an event of stream '" +
                  cuda_event->stream_name() + "'");
   if (cuda_event->state_ == state_) return;  // already ordered
-  cuda_event->state_->add_dependent(state_, note_work(), cuda_event->ticket_);
+  cuda_event->state_->add_dependent(state_, note_work(), cuda_event->ticket_,
+                                    std::static_pointer_cast<CudaEvent>(event));
 }
 
 void CudaStream::synchronize() {

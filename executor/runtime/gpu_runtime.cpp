@@ -17,7 +17,7 @@
 
 namespace mfsdp::executor {
 
-GpuAvailability gpu_availability() {
+GpuAvailability gpu_availability(const LaunchEnv& env) {
   if (!libtorch_has_cuda()) {
     return {false, "this LibTorch is CPU-only",
             "build mfsdp against a CUDA LibTorch (docs/gpu.md)"};
@@ -34,6 +34,17 @@ GpuAvailability gpu_availability() {
             (visible.error.empty() ? std::string("cudaGetDeviceCount found 0") : visible.error) +
             ")",
         "run on GPU nodes and check nvidia-smi and CUDA_VISIBLE_DEVICES"};
+  }
+  try {
+    choose_device(env, visible);
+  } catch (const Error& e) {
+    // "rank R: <what is wrong>; <what to do>".
+    std::string text = e.what();
+    const std::string prefix = "rank " + std::to_string(env.rank) + ": ";
+    if (text.rfind(prefix, 0) == 0) text = text.substr(prefix.size());
+    const size_t split = text.find("; ");
+    return {false, text.substr(0, split),
+            split == std::string::npos ? "launch one rank per GPU" : text.substr(split + 2)};
   }
   return {true, "", ""};
 }
@@ -103,7 +114,7 @@ std::unique_ptr<GpuRuntime> GpuRuntime::create(const schema::Plan& plan, const L
                                                Rendezvous& rendezvous,
                                                std::chrono::milliseconds timeout) {
   const std::string who = "rank " + std::to_string(env.rank) + ": ";
-  const GpuAvailability availability = gpu_availability();
+  const GpuAvailability availability = gpu_availability(env);
   if (!availability.available) {
     fail(ExitCode::kRuntime,
          who + "cannot train on a GPU: " + availability.why_not + "; " + availability.fix);
@@ -209,6 +220,14 @@ void GpuRuntime::check() const {
     if (s->failed()) s->record()->wait();
   }
   if (impl_->compute->failed()) impl_->compute->record()->wait();
+}
+
+void GpuRuntime::check_compute_stream(const std::string& where) const {
+  if (torch_current_stream(impl_->device) == impl_->compute->native()) return;
+  fail(ExitCode::kUsage, "rank " + std::to_string(impl_->rank) + ": " + where +
+                             " runs on another CUDA stream than the one that was current when "
+                             "the context was created; create the context on the stream you "
+                             "train on, and do not switch streams around its calls");
 }
 
 }  // namespace mfsdp::executor

@@ -31,7 +31,9 @@ struct GpuAvailability {
   std::string why_not;
   std::string fix;
 };
-GpuAvailability gpu_availability();
+// For the rank `env` describes: a CUDA LibTorch, a visible GPU, and one for its LOCAL_RANK
+// (no more ranks on the host than GPUs).
+GpuAvailability gpu_availability(const LaunchEnv& env);
 
 class GpuRuntime {
  public:
@@ -77,6 +79,9 @@ class GpuRuntime {
   // Throws the first failure of a collective (Error, naming rank and collective) without
   // waiting for anything; the context calls it at each microbatch's end.
   void check() const;
+  // Error(kUsage) when LibTorch's current stream on the device is no longer compute(): the
+  // events would then order collectives against the wrong kernels. `where` names the call.
+  void check_compute_stream(const std::string& where) const;
 
  private:
   struct Impl;

@@ -19,7 +19,7 @@ const char* const kFix =
 
 struct GpuRuntime::Impl {};
 
-GpuAvailability gpu_availability() {
+GpuAvailability gpu_availability(const LaunchEnv&) {
   return {false, kNoBackend, kFix};
 }
 
@@ -66,6 +66,9 @@ void GpuRuntime::record_on(const at::Tensor&, Stream&) {
   absent();
 }
 void GpuRuntime::check() const {
+  absent();
+}
+void GpuRuntime::check_compute_stream(const std::string&) const {
   absent();
 }
 

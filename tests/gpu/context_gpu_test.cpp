@@ -91,9 +91,9 @@ TEST(ContextDevice, UnknownDeviceIsAUsageError) {
 }
 
 TEST(ContextDevice, CudaWithoutAUsableGpuFailsNamingTheRankAndTheReason) {
-  const GpuAvailability availability = gpu_availability();
-  if (availability.available) GTEST_SKIP() << "this process can train on a GPU";
   OneRankWorld world;
+  const GpuAvailability availability = gpu_availability(world.env);
+  if (availability.available) GTEST_SKIP() << "this process can train on a GPU";
   ContextOptions options;
   options.device = "cuda";
   const std::string message = error_of(
@@ -109,9 +109,9 @@ TEST(ContextDevice, CudaWithoutAUsableGpuFailsNamingTheRankAndTheReason) {
 // Without a usable GPU, auto trains on the CPU and says why; bfloat16 gradient reduction is
 // then refused, as the CPU collectives cannot carry it.
 TEST(ContextDevice, AutoWithoutAUsableGpuTrainsOnTheCpuAndSaysWhy) {
-  const GpuAvailability availability = gpu_availability();
-  if (availability.available) GTEST_SKIP() << "this process can train on a GPU";
   OneRankWorld world;
+  const GpuAvailability availability = gpu_availability(world.env);
+  if (availability.available) GTEST_SKIP() << "this process can train on a GPU";
   ContextOptions options;
   options.device = "auto";
   auto ctx =
@@ -147,11 +147,11 @@ constexpr int kSteps = 8;
 // Trains tied_lm for kSteps on GPU 0 by a one-rank plan and compares with the reference.
 void expect_gpu_parity(const GpuCase& c, const std::string& name) {
   MFSDP_REQUIRE_GPU();
-  const GpuAvailability availability = gpu_availability();
+  OneRankWorld world;
+  const GpuAvailability availability = gpu_availability(world.env);
   ASSERT_TRUE(availability.available) << availability.why_not;
   const TrainingTask task = testing::task_named("tied_lm");
   const std::string model = fixture_path(task.fixture);
-  OneRankWorld world;
   ContextOptions options;
   options.device = "cuda";
   options.collective_timeout = 60s;

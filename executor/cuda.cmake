@@ -11,6 +11,7 @@ add_library(mfsdp_executor_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/comm/nccl_error.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_device.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_error.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_event_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_slots.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_stream.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_tensor.cpp

@@ -17,6 +17,7 @@
 #include "executor/comm/nccl_error.h"
 #include "executor/runtime/cuda_device.h"
 #include "executor/runtime/cuda_error.h"
+#include "executor/runtime/cuda_event_pool.h"
 #include "executor/runtime/timeline.h"
 #include "schema/error.h"
 #include "schema/plan.h"
@@ -61,6 +62,8 @@ struct NcclCommunicator::Impl {
 
   CudaStream& stream;
   const std::string name;
+  // The events that mark each collective's end, made with the communicator.
+  CudaEventPool events{stream.device(), 64, "communicator " + name};
   const int global_rank;
   const int group_rank;
   const int group_size;
@@ -163,11 +166,17 @@ struct NcclCommunicator::Impl {
       fail_and_abort(ticket, failed->first, failed->second);
       throw Error(failed->first, failed->second);
     }
-    InFlight work{ticket, std::move(what), nullptr, deadline, issued_us, bytes, timeline};
-    cudaError_t recorded = cudaEventCreateWithFlags(&work.done, cudaEventDisableTiming);
-    if (recorded == cudaSuccess) recorded = cudaEventRecord(work.done, stream.native());
+    cudaEvent_t done = nullptr;
+    try {
+      done = events.take();
+    } catch (const Error& e) {
+      fail_and_abort(ticket, e.code(), e.what());
+      throw;
+    }
+    InFlight work{ticket, std::move(what), done, deadline, issued_us, bytes, timeline};
+    const cudaError_t recorded = cudaEventRecord(work.done, stream.native());
     if (recorded != cudaSuccess) {
-      if (work.done != nullptr) cudaEventDestroy(work.done);
+      events.give(work.done);
       const std::string message =
           cuda_failure_message(recorded, "rank " + std::to_string(global_rank) +
                                              ": recording the end of " + work.what + " on " + name);
@@ -239,7 +248,7 @@ struct NcclCommunicator::Impl {
         oldest.timeline->record(stream.name(), oldest.what, oldest.issued_us, Timeline::now_us(),
                                 oldest.bytes);
       }
-      cudaEventDestroy(oldest.done);
+      events.give(oldest.done);
       in_flight.pop_front();
     }
     if (async_error != ncclSuccess && async_error != ncclInProgress) {
@@ -337,7 +346,7 @@ NcclCommunicator::~NcclCommunicator() {
   impl_->changed.notify_all();
   if (impl_->watchdog.joinable()) impl_->watchdog.join();
   impl_->release();
-  for (const InFlight& work : impl_->in_flight) cudaEventDestroy(work.done);
+  for (const InFlight& work : impl_->in_flight) impl_->events.give(work.done);
 }
 
 int NcclCommunicator::rank() const {

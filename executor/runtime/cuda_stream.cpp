@@ -9,6 +9,7 @@
 
 #include "executor/runtime/cuda_device.h"
 #include "executor/runtime/cuda_error.h"
+#include "executor/runtime/cuda_event_pool.h"
 
 namespace mfsdp::executor {
 
@@ -35,6 +36,7 @@ struct CudaStreamState {
 
   const std::string name;
   const int device;
+  std::unique_ptr<CudaEventPool> events;  // record()'s events, made with the stream
   cudaStream_t stream = nullptr;
   bool owned = true;
   mutable std::mutex mutex;
@@ -110,6 +112,10 @@ struct CudaStreamState {
 
 namespace {
 
+// Events a stream makes up front: enough for the events alive at once in a step (one per
+// gathered unit, the collectives in flight); more are made if ever needed.
+constexpr int kStreamEvents = 64;
+
 // Short waits (an all-gather a layer ahead) end within microseconds; long ones should not
 // burn a core.
 void pause_polling(unsigned polls) {
@@ -126,8 +132,8 @@ CudaEvent::CudaEvent(std::shared_ptr<CudaStreamState> state, cudaEvent_t event, 
     : state_(std::move(state)), event_(event), ticket_(ticket) {}
 
 CudaEvent::~CudaEvent() {
-  // Safe while the event is pending: CUDA releases it once it completes.
-  cudaEventDestroy(event_);
+  // Back to the stream's pool, pending or not (a later record() re-records it).
+  state_->events->give(event_);
 }
 
 const std::string& CudaEvent::stream_name() const {
@@ -170,12 +176,16 @@ CudaStream::CudaStream(std::string name, int device)
   CurrentDevice current(device);
   check_cuda(cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking),
              "creating CUDA stream '" + state_->name + "' on GPU " + std::to_string(device));
+  state_->events =
+      std::make_unique<CudaEventPool>(device, kStreamEvents, "stream '" + state_->name + "'");
 }
 
 CudaStream::CudaStream(std::string name, int device, cudaStream_t borrowed)
     : state_(std::make_shared<CudaStreamState>(std::move(name), device)) {
   state_->stream = borrowed;
   state_->owned = false;
+  state_->events =
+      std::make_unique<CudaEventPool>(device, kStreamEvents, "stream '" + state_->name + "'");
 }
 
 CudaStream::~CudaStream() {
@@ -199,9 +209,8 @@ void CudaStream::enqueue(std::function<void()>, std::string what) {
 
 std::shared_ptr<Event> CudaStream::record() {
   CurrentDevice current(state_->device);
-  cudaEvent_t event = nullptr;
+  cudaEvent_t event = state_->events->take();
   const std::string doing = "recording an event on stream '" + state_->name + "'";
-  check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), doing);
   uint64_t ticket = 0;
   {
     // Under the lock, so that work noted concurrently is either before the event or after it.
@@ -210,7 +219,7 @@ std::shared_ptr<Event> CudaStream::record() {
   }
   const cudaError_t recorded = cudaEventRecord(event, state_->stream);
   if (recorded != cudaSuccess) {
-    cudaEventDestroy(event);
+    state_->events->give(event);
     check_cuda(recorded, doing);
   }
   return std::make_shared<CudaEvent>(state_, event, ticket);

@@ -66,6 +66,33 @@ TEST(RunInput, UnknownOptimizer) {
   expect_refused(run({"--optimizer", "lamb"}), "lamb");
 }
 
+TEST(RunInput, UnknownDevice) {
+  expect_refused(run({"--device", "tpu"}), "--device: tpu not in {auto,cuda,cpu}");
+}
+
+// --device cuda where a rank cannot use a GPU (here: a CPU-only LibTorch, no GPU, or fewer
+// GPUs than ranks): every rank fails with the reason, exit 6.
+TEST(RunInput, CudaWhereARankCannotUseAGpuFailsWithTheReason) {
+  const RunResult r = run({"--device", "cuda"});
+  if (r.exit_code == 0) GTEST_SKIP() << "every rank here can train on a GPU";
+  EXPECT_EQ(r.exit_code, 6) << r.out << r.err;
+  EXPECT_NE(r.err.find("cannot train on a GPU: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(", or train with --device cpu"), std::string::npos) << r.err;
+}
+
+// The first line names the device: cpu when asked, and what auto chose (with its reason when
+// that is the CPU).
+TEST(RunInput, FirstLineSaysWhereRanksTrain) {
+  const RunResult cpu = run({"--device", "cpu"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.out << cpu.err;
+  EXPECT_NE(cpu.out.find("[rank 0] mfsdp run: 2 rank(s) on cpu, "), std::string::npos) << cpu.out;
+  const RunResult automatic = run({});
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.out << automatic.err;
+  const bool on_gpu = automatic.out.find("2 rank(s) on cuda:") != std::string::npos;
+  EXPECT_TRUE(on_gpu || automatic.out.find("2 rank(s) on cpu (auto: rank ") != std::string::npos)
+      << automatic.out;
+}
+
 TEST(RunInput, StepsMustBePositive) {
   const RunResult r = mfsdp({"run", two_rank_plan(), "--steps", "0"});
   expect_refused(r, "--steps must be positive");

@@ -280,7 +280,7 @@ struct Context::Impl : planner::UnitHooks {
   void wait_for_gather(int u) {
     const std::shared_ptr<Event>& gathered = units[u].gathered;
     if (gpu) {
-      if (gathered) gpu->compute().wait_for(gathered);
+      if (gathered) gpu->compute_wait(gathered);
       return;
     }
     if (!gathered || gathered->done()) {
@@ -433,7 +433,7 @@ struct Context::Impl : planner::UnitHooks {
   // (the optimizer reads the main gradients there), and failures so far are raised.
   void wait_for_reductions() {
     if (gpu) {
-      gpu->compute().wait_for(reduce_stream->record());
+      gpu->compute_wait(reduce_stream->record());
       gpu->check();
       return;
     }
@@ -894,10 +894,9 @@ ContextStats Context::stats() const {
   }
   for (const auto& slot : impl_->slots) s.slot_bytes += static_cast<int64_t>(slot.size());
   if (impl_->gpu) s.slot_bytes = impl_->gpu->slot_bytes();
-  s.exposed_comm_measured = !impl_->gpu;
   s.peak_unsharded_bytes = impl_->peak_bytes;
   s.divergences = impl_->divergences;
-  s.exposed_comm_us = impl_->exposed_us;
+  s.exposed_comm_us = impl_->gpu ? impl_->gpu->exposed_us() : impl_->exposed_us;
   return s;
 }
 

@@ -49,13 +49,11 @@ struct ContextStats {
   int64_t slot_bytes = 0;                // static buffers for unsharded parameters
   int64_t peak_unsharded_bytes = 0;      // most bytes of gathered units live at once, measured
   std::vector<std::string> divergences;  // where the first microbatch left the plan's order
-  // Time the compute thread spent blocked on collectives (all-gathers not yet done, the
-  // reduce-scatter stream at the end of backward), summed since the context was created:
-  // communication that prefetching did not hide.
+  // Time compute spent blocked on collectives (all-gathers not yet done, the reduce-scatter
+  // stream at the end of backward), summed since the context was created: communication that
+  // prefetching did not hide. On the CPU the compute thread's blocked time; on a GPU the
+  // compute stream's stalls, measured by timing events (waits whose events have completed).
   int64_t exposed_comm_us = 0;
-  // False on a GPU: there compute waits on the device, not on the host, and exposed_comm_us
-  // stays 0.
-  bool exposed_comm_measured = true;
 };
 
 class Timeline;

@@ -5,8 +5,8 @@
 
 namespace mfsdp::executor {
 
-CudaEventPool::CudaEventPool(int device, int count, std::string owner)
-    : device_(device), owner_(std::move(owner)) {
+CudaEventPool::CudaEventPool(int device, int count, std::string owner, bool timing)
+    : device_(device), owner_(std::move(owner)), timing_(timing) {
   spare_.reserve(static_cast<size_t>(count));
   for (int i = 0; i < count; ++i) spare_.push_back(create());
 }
@@ -18,7 +18,7 @@ CudaEventPool::~CudaEventPool() {
 cudaEvent_t CudaEventPool::create() {
   CurrentDevice current(device_);
   cudaEvent_t event = nullptr;
-  check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+  check_cuda(cudaEventCreateWithFlags(&event, timing_ ? cudaEventDefault : cudaEventDisableTiming),
              "creating an event for " + owner_ + " on GPU " + std::to_string(device_));
   std::lock_guard<std::mutex> lock(mutex_);
   ++created_;

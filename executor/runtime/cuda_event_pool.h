@@ -14,9 +14,9 @@ namespace mfsdp::executor {
 
 class CudaEventPool {
  public:
-  // `count` events without timing on `device`. Error(kRuntime), naming `owner` (e.g. "stream
-  // 'all_gather'"), when CUDA cannot make them.
-  CudaEventPool(int device, int count, std::string owner);
+  // `count` events on `device`, without timing unless `timing`. Error(kRuntime), naming
+  // `owner` (e.g. "stream 'all_gather'"), when CUDA cannot make them.
+  CudaEventPool(int device, int count, std::string owner, bool timing = false);
   // Destroys the events given back; events still taken are lost to their takers.
   ~CudaEventPool();
   CudaEventPool(const CudaEventPool&) = delete;
@@ -35,6 +35,7 @@ class CudaEventPool {
 
   const int device_;
   const std::string owner_;
+  const bool timing_;
   mutable std::mutex mutex_;
   std::vector<cudaEvent_t> spare_;
   int created_ = 0;

@@ -2,11 +2,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <deque>
 #include <map>
 
 #include "executor/comm/nccl_communicator.h"
 #include "executor/runtime/cuda_device.h"
 #include "executor/runtime/cuda_error.h"
+#include "executor/runtime/cuda_event_pool.h"
 #include "executor/runtime/cuda_slots.h"
 #include "executor/runtime/cuda_stream.h"
 #include "executor/runtime/cuda_tensor.h"
@@ -60,8 +62,32 @@ struct GpuRuntime::Impl {
   std::map<std::string, std::unique_ptr<CudaStream>> streams;
   std::vector<std::unique_ptr<NcclCommunicator>> communicators;
   std::map<std::string, NcclCommunicator*> by_kind;
+  // Exposed communication: timing events around compute's waits, until they complete.
+  std::unique_ptr<CudaEventPool> timing_events;
+  std::deque<std::pair<cudaEvent_t, cudaEvent_t>> stalls;
+  int64_t stalled_us = 0;
+
+  // Adds the stalls whose end has completed, in order.
+  void harvest() {
+    while (!stalls.empty()) {
+      const auto [before, after] = stalls.front();
+      // Stream order: when this one has not completed, the later ones have not either.
+      if (cudaEventQuery(after) != cudaSuccess) return;
+      float ms = 0;
+      check_cuda(cudaEventElapsedTime(&ms, before, after),
+                 "rank " + std::to_string(rank) + ": timing a wait of compute");
+      stalled_us += static_cast<int64_t>(ms * 1000.0f);
+      timing_events->give(before);
+      timing_events->give(after);
+      stalls.pop_front();
+    }
+  }
 
   ~Impl() {
+    for (const auto& [before, after] : stalls) {
+      timing_events->give(before);
+      timing_events->give(after);
+    }
     communicators.clear();
     streams.clear();
     compute.reset();
@@ -130,6 +156,8 @@ std::unique_ptr<GpuRuntime> GpuRuntime::create(const schema::Plan& plan, const L
       std::make_unique<CudaSlots>(plan.memory, plan.policy.align_bytes, impl->device, env.rank);
   impl->compute =
       std::make_unique<CudaStream>("compute", impl->device, torch_current_stream(impl->device));
+  impl->timing_events =
+      std::make_unique<CudaEventPool>(impl->device, 64, "compute's timing", /*timing=*/true);
   const StreamLayout layout = stream_layout(plan.mesh, plan.policy, env.rank);
   for (const std::string& name : layout.streams) {
     impl->streams.emplace(name, make_cuda_stream(name, impl->device));
@@ -212,6 +240,26 @@ void GpuRuntime::run_on(Stream& stream, const std::function<void()>& work) {
 
 void GpuRuntime::record_on(const at::Tensor& tensor, Stream& stream) {
   record_tensor_stream(tensor, impl_->cuda(stream).native(), impl_->device);
+}
+
+void GpuRuntime::compute_wait(const std::shared_ptr<Event>& event) {
+  Impl& impl = *impl_;
+  // Bounded when nobody asks for exposed_us(): old stalls have long completed.
+  if (impl.stalls.size() >= 256) impl.harvest();
+  CurrentDevice current(impl.device);
+  const cudaStream_t stream = impl.compute->native();
+  const cudaEvent_t before = impl.timing_events->take();
+  const cudaEvent_t after = impl.timing_events->take();
+  impl.stalls.emplace_back(before, after);  // given back by harvest() or ~Impl
+  const std::string doing = "rank " + std::to_string(impl.rank) + ": timing a wait of compute";
+  check_cuda(cudaEventRecord(before, stream), doing);
+  impl.compute->wait_for(event);
+  check_cuda(cudaEventRecord(after, stream), doing);
+}
+
+int64_t GpuRuntime::exposed_us() {
+  impl_->harvest();
+  return impl_->stalled_us;
 }
 
 void GpuRuntime::check() const {

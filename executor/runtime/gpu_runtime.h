@@ -76,6 +76,13 @@ class GpuRuntime {
   // far: for temporaries that a collective stream reads or writes after the host drops them.
   void record_on(const at::Tensor& tensor, Stream& stream);
 
+  // compute() waits for `event` (a collective's), and the time the device's compute stream
+  // stalls there is measured: between timing events recorded just before and after the wait.
+  void compute_wait(const std::shared_ptr<Event>& event);
+  // Compute's stalls measured so far, in microseconds, over the waits whose events have
+  // completed (after a synchronizing call such as loss.item(), all of them).
+  int64_t exposed_us();
+
   // Throws the first failure of a collective (Error, naming rank and collective) without
   // waiting for anything; the context calls it at each microbatch's end.
   void check() const;

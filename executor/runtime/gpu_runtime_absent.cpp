@@ -68,6 +68,12 @@ void GpuRuntime::record_on(const at::Tensor&, Stream&) {
 void GpuRuntime::check() const {
   absent();
 }
+void GpuRuntime::compute_wait(const std::shared_ptr<Event>&) {
+  absent();
+}
+int64_t GpuRuntime::exposed_us() {
+  absent();
+}
 void GpuRuntime::check_compute_stream(const std::string&) const {
   absent();
 }

@@ -266,7 +266,6 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   }
 
   Progress progress(config, out, data_config.global_batch);
-  const bool stats_measured = ctx->stats().exposed_comm_measured;
   double total_ms = 0, total_exposed_ms = 0;
   int64_t timed = 0;
   int64_t last_saved = -1;
@@ -319,8 +318,7 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
                           {"rank_loss", record.local_loss},
                           {"lr", lr},
                           {"step_ms", record.ms},
-                          {"exposed_comm_ms", stats_measured ? nlohmann::json(record.exposed_ms)
-                                                             : nlohmann::json(nullptr)},
+                          {"exposed_comm_ms", record.exposed_ms},
                           {"samples_per_s", data_config.global_batch / (record.ms / 1000.0)},
                           {"peak_unsharded_bytes", ctx->stats().peak_unsharded_bytes},
                           {"rss_bytes", status_bytes("VmRSS")},
@@ -384,13 +382,8 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   const int64_t planned = ctx->plan().memory.peak_unsharded_bytes;
   out << std::fixed << std::setprecision(1) << "done: " << state.step - first_step
       << " steps; mean step " << mean_ms << " ms; " << std::setprecision(0)
-      << data_config.global_batch / (mean_ms / 1000.0) << " samples/s; ";
-  if (stats_measured) {
-    out << "exposed communication " << std::setprecision(1) << exposed_sum / ranks.size()
-        << " % of step time" << std::endl;
-  } else {
-    out << "exposed communication not measured on GPUs" << std::endl;
-  }
+      << data_config.global_batch / (mean_ms / 1000.0) << " samples/s; exposed communication "
+      << std::setprecision(1) << exposed_sum / ranks.size() << " % of step time" << std::endl;
   out << "memory: peak unsharded " << worst_peak << " B measured vs " << planned << " B planned"
       << (worst_peak == planned ? "" : " (differs)") << "; sharded params "
       << stats.sharded_param_bytes << " B per rank; peak RSS " << rss << std::endl;

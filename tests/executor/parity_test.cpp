@@ -77,12 +77,6 @@ std::string report(const std::vector<RankResult>& results) {
   return text;
 }
 
-// max |a - b| / max |b| over a tensor: 0 for identical tensors.
-double relative_difference(const at::Tensor& a, const at::Tensor& b) {
-  const double scale = std::max(b.abs().max().item<double>(), 1e-12);
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / scale;
-}
-
 constexpr int kSteps = 10;
 
 void expect_parity(const ParityCase& c, const ParityOptions& options = ParityOptions()) {

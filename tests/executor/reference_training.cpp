@@ -81,4 +81,9 @@ TrainingResult train_reference(const TrainingTask& task, const std::string& mode
   return result;
 }
 
+double relative_difference(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = std::max(b.abs().max().item<double>(), 1e-12);
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / scale;
+}
+
 }  // namespace mfsdp::testing

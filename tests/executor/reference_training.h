@@ -34,4 +34,8 @@ TrainingResult train_reference(const TrainingTask& task, const std::string& mode
                                std::optional<double> clip_grad_norm = std::nullopt,
                                at::Device device = at::kCPU);
 
+// max |a - b| / max |b| over a tensor: 0 for identical tensors. How parity tests compare a
+// trained parameter with the reference's.
+double relative_difference(const at::Tensor& a, const at::Tensor& b);
+
 }  // namespace mfsdp::testing

@@ -16,6 +16,7 @@
 #include "executor/runtime/gpu_runtime.h"
 #include "executor/train/sharded_optimizer.h"
 #include "gpu_required.h"
+#include "one_rank_world.h"
 #include "planner/sharding_scope.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
@@ -32,17 +33,6 @@ using testing::TrainingTask;
 std::string fixture_path(const std::string& file) {
   return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + file;
 }
-
-// A one-rank world whose store the test hosts on a free port.
-struct OneRankWorld {
-  StoreHost host{0, 60s};
-  LaunchEnv env = [this] {
-    LaunchEnv e;
-    e.master_port = host.port();
-    e.agent_store = true;
-    return e;
-  }();
-};
 
 struct GpuCase {
   std::string optimizer = "sgd";
@@ -136,12 +126,6 @@ TEST(ContextDevice, AutoWithoutAUsableGpuTrainsOnTheCpuAndSaysWhy) {
   EXPECT_TRUE(contains(message, "reduce dtype bfloat16 is not supported on the CPU (Gloo)"));
 }
 
-// max |a - b| / max |b|.
-double relative_difference(const at::Tensor& a, const at::Tensor& b) {
-  const double scale = std::max(b.abs().max().item<double>(), 1e-12);
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / scale;
-}
-
 constexpr int kSteps = 8;
 
 // Trains tied_lm for kSteps on GPU 0 by a one-rank plan and compares with the reference.
@@ -209,7 +193,7 @@ void expect_gpu_parity(const GpuCase& c, const std::string& name) {
       got = got.masked_fill(mask->second, 0);
       want = want.masked_fill(mask->second, 0);
     }
-    const double d = relative_difference(got, want);
+    const double d = testing::relative_difference(got, want);
     if (d > worst) {
       worst = d;
       worst_name = param;

@@ -11,6 +11,7 @@
 #include "executor/runtime/timeline.h"
 #include "gpu_gate.h"
 #include "gpu_required.h"
+#include "one_rank_world.h"
 #include "text_match.h"
 
 namespace mfsdp::executor {
@@ -18,20 +19,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A one-rank world whose store the test hosts on a free port.
-struct OneRankWorld {
-  StoreHost host{0, 30s};
-  LaunchEnv env = [this] {
-    LaunchEnv e;
-    e.master_port = host.port();
-    e.agent_store = true;
-    return e;
-  }();
+// A one-rank world with its rendezvous.
+struct OneRankRendezvous : OneRankWorld {
   Rendezvous rendezvous{env, 30s};
 };
 
 std::string creation_error(const std::vector<NcclCommunicatorSpec>& specs) {
-  OneRankWorld world;
+  OneRankRendezvous world;
   try {
     make_nccl_communicators(world.rendezvous, specs, 30s);
     return "created";
@@ -77,7 +71,7 @@ struct DeviceFloats {
 
 TEST(NcclCommunicatorOnGpu, OneRankCollectivesRoundTrip) {
   MFSDP_REQUIRE_GPU();
-  OneRankWorld world;
+  OneRankRendezvous world;
   const CudaDevice device = CudaDevice::select(world.env, &world.rendezvous);
   CudaStream ag_stream("all_gather", device.index());
   CudaStream rs_stream("reduce_scatter", device.index());
@@ -134,7 +128,7 @@ TEST(NcclCommunicatorOnGpu, OneRankCollectivesRoundTrip) {
 
 TEST(NcclCommunicatorOnGpu, StuckCollectiveTimesOutAndAbortsInsteadOfHanging) {
   MFSDP_REQUIRE_GPU();
-  OneRankWorld world;
+  OneRankRendezvous world;
   const CudaDevice device = CudaDevice::select(world.env, &world.rendezvous);
   CudaStream stream("control", device.index());
   DeviceFloats data({1.0f, 2.0f});

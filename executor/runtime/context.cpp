@@ -91,8 +91,8 @@ struct Context::Impl : planner::UnitHooks {
   std::string device_description = "cpu";
   std::vector<std::unique_ptr<Stream>> owned_streams;
   std::vector<std::unique_ptr<Communicator>> owned_communicators;
-  Stream *ag_stream = nullptr, *rs_stream = nullptr, *control_stream = nullptr;
-  Stream* reduce_stream = nullptr;  // rs_stream, or ag_stream under a unified-stream plan
+  Stream *ag_stream = nullptr, *control_stream = nullptr;
+  Stream* reduce_stream = nullptr;  // reduce_scatter, or ag_stream under a unified-stream plan
   Communicator *ag_comm = nullptr, *rs_comm = nullptr, *replica_comm = nullptr,
                *control_comm = nullptr;
   std::vector<std::vector<uint8_t>> slots;  // the plan's static buffers, on the CPU
@@ -612,10 +612,8 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
     GpuRuntime& gpu = *impl->gpu;
     impl->device = gpu.device();
     impl->device_description = gpu.describe();
-    const std::string gather = plan.policy.unified_stream ? "unified" : "all_gather";
-    impl->ag_stream = &gpu.stream(gather);
+    impl->ag_stream = &gpu.stream(plan.policy.unified_stream ? "unified" : "all_gather");
     impl->reduce_stream = &gpu.stream(plan.policy.unified_stream ? "unified" : "reduce_scatter");
-    impl->rs_stream = plan.policy.unified_stream ? nullptr : impl->reduce_stream;
     impl->control_stream = &gpu.stream("control");
     impl->ag_comm = gpu.communicator("all_gather");
     impl->rs_comm = gpu.communicator("reduce_scatter");
@@ -627,8 +625,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
       return impl->owned_streams.back().get();
     };
     impl->ag_stream = stream(plan.policy.unified_stream ? "unified" : "all_gather");
-    if (!plan.policy.unified_stream) impl->rs_stream = stream("reduce_scatter");
-    impl->reduce_stream = plan.policy.unified_stream ? impl->ag_stream : impl->rs_stream;
+    impl->reduce_stream = plan.policy.unified_stream ? impl->ag_stream : stream("reduce_scatter");
     impl->control_stream = stream("control");
     Rendezvous& rdv = *impl->rendezvous;
     auto gloo = [&](const std::string& name, const std::vector<int>& group, Stream& on) {

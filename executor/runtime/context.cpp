@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "executor/runtime/cpu_stream.h"
 #include "executor/runtime/flat_group.h"
 #include "executor/runtime/gpu_runtime.h"
+#include "executor/runtime/host_memory.h"
 #include "executor/runtime/schedule_cursor.h"
 #include "executor/runtime/timeline.h"
 #include "executor/runtime/unit_state.h"
@@ -110,16 +112,17 @@ struct Context::Impl : planner::UnitHooks {
   std::vector<std::string> divergences;
   planner::UnitHooks* previous_hooks = nullptr;
   std::exception_ptr pending_error;
-  std::vector<FlatGroup*> spent;       // reduce-scattered groups whose leaf still holds a grad
   std::unique_ptr<Timeline> timeline;  // when recording
   int64_t exposed_us = 0;              // compute blocked on collectives, summed
+  int64_t base_rss = 0, model_bytes = 0, setup_peak_rss = 0;
+  int64_t microbatch_start_bytes = 0;  // tensor bytes alive when this microbatch began
+  int64_t activation_peak = 0;         // the most any microbatch held above that
   bool evaluating = false;             // inside evaluate(): no backward follows
 
   ~Impl() override {
     planner::set_unit_hooks(previous_hooks);
     // Tensors that LibTorch's allocator knows to be in use on a GPU stream (gradients handed
     // to reduce-scatters) must be freed while that stream exists.
-    spent.clear();
     units.clear();
     // Streams must stop before the buffers their work points at go away.
     owned_communicators.clear();
@@ -162,6 +165,12 @@ struct Context::Impl : planner::UnitHooks {
     if (gpu) gpu->check_compute_stream("a microbatch's forward");
     in_step = true;
     backward_done = false;
+    microbatch_start_bytes = gpu ? gpu->tensor_bytes() : host_memory::tensor_bytes();
+    if (gpu) {
+      gpu->reset_memory_peak();
+    } else {
+      host_memory::reset_peak();
+    }
     callback_queued = false;
     cursor->restart();
     rs_order->restart();
@@ -326,15 +335,17 @@ struct Context::Impl : planner::UnitHooks {
     unit.grads_missing = 0;
     for (size_t g = 0; g < unit.groups.size(); ++g) {
       FlatGroup& group = unit.groups[g];
-      std::vector<at::Tensor> views;
-      group.bind(views);
-      for (size_t p = 0; p < views.size(); ++p) {
-        for (const ParamSlot& place : unit.places[g][p]) place.owner->setSlot(place.slot, views[p]);
-      }
+      FlatGroup::GradientHandler handler;
       if (group.trainable() && !evaluating) {
         ++unit.grads_missing;
-        group.leaf().register_hook(
-            [this, u, g](const at::Tensor& grad) { on_gradient(u, static_cast<int>(g), grad); });
+        handler = [this, u, g](const at::Tensor& grad) {
+          on_gradient(u, static_cast<int>(g), grad);
+        };
+      }
+      group.bind(std::move(handler));
+      for (size_t p = 0; p < unit.places[g].size(); ++p) {
+        for (const ParamSlot& place : unit.places[g][p])
+          place.owner->setSlot(place.slot, group.param(p));
       }
     }
     unit.bound = true;
@@ -342,7 +353,6 @@ struct Context::Impl : planner::UnitHooks {
 
   // --- Gradients ------------------------------------------------------------------------
   void on_gradient(int u, int g, const at::Tensor& grad) {
-    drop_spent_gradients();
     UnitRuntime& unit = units[u];
     if (unit.grads[g].defined()) {
       fail(ExitCode::kInternal, "unit " + name(u) + " group " + std::to_string(g) +
@@ -356,17 +366,6 @@ struct Context::Impl : planner::UnitHooks {
                        Timeline::now_us());
     }
     for (int w : rs_order->ready(u)) issue_reduce_scatter(w);
-  }
-
-  // Autograd stores each flat gradient in its leaf's .grad after the hook has seen it; once
-  // the gradient is reduce-scattered that copy is dead weight (a whole unit's unsharded
-  // gradient). Dropped at the next gradient or at the end of backward, by when autograd is
-  // done with the leaf.
-  void drop_spent_gradients() {
-    for (FlatGroup* group : spent) {
-      if (group->leaf().defined()) group->leaf().mutable_grad().reset();
-    }
-    spent.clear();
   }
 
   void issue_reduce_scatter(int u) {
@@ -383,7 +382,6 @@ struct Context::Impl : planner::UnitHooks {
       const std::string what = "reduce-scatter of " + name(u) + " group " + std::to_string(g);
       rs_comm->reduce_scatter(input.data_ptr<float>(), output.data_ptr<float>(), count,
                               ReduceOp::kAvg, what);
-      spent.push_back(&group);
       at::Tensor main_grad = group.main_grad();
       reduce_stream->enqueue(
           [input, output, main_grad]() mutable {
@@ -417,7 +415,6 @@ struct Context::Impl : planner::UnitHooks {
       const std::string what = "reduce-scatter of " + name(u) + " group " + std::to_string(g);
       after_compute(stream);
       gpu->reduce_scatter(*rs_comm, input, output, ReduceOp::kAvg, what);
-      spent.push_back(&group);
       gpu->record_on(input, stream);
       gpu->record_on(output, stream);
       gpu->run_on(stream, [&] { main_grad.add_(output); });
@@ -447,8 +444,9 @@ struct Context::Impl : planner::UnitHooks {
     if (backward_done) return;
     perform(cursor->finish());
     for (int w : rs_order->finish()) issue_reduce_scatter(w);
-    drop_spent_gradients();
     wait_for_reductions();
+    const int64_t peak = gpu ? gpu->peak_tensor_bytes() : host_memory::peak_tensor_bytes();
+    activation_peak = std::max(activation_peak, peak - microbatch_start_bytes);
     settle_units();
     if (microbatches_seen++ == 0) report_order(cursor->divergences());
     is_last_microbatch = true;
@@ -523,6 +521,20 @@ std::map<std::string, torch::jit::Module> modules_by_path(const torch::jit::Modu
   return out;
 }
 
+// Bytes of the module's parameters and buffers, each storage once (tied weights share one).
+int64_t tensor_bytes_of(const torch::jit::Module& module) {
+  std::set<const void*> seen;
+  int64_t bytes = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined() && seen.insert(t.storage().unsafeGetStorageImpl()).second) {
+      bytes += static_cast<int64_t>(t.storage().nbytes());
+    }
+  };
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) add(p.value);
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) add(b.value);
+  return bytes;
+}
+
 ParamSlot locate(const std::map<std::string, torch::jit::Module>& modules, const std::string& fqn) {
   const auto dot = fqn.rfind('.');
   const std::string path = dot == std::string::npos ? "" : fqn.substr(0, dot);
@@ -577,7 +589,10 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   // Graph executors specialise and cache graphs at the first forward; the instrumented
   // graphs must run as written, and the same on every rank.
   torch::jit::setGraphExecutorOptimize(false);
+  host_memory::install();
+  impl->base_rss = host_memory::rss_bytes();
   impl->module = planner::load_module(model_path);
+  impl->model_bytes = tensor_bytes_of(impl->module);
   const planner::ModelIR ir = planner::extract_model(impl->module, model_path);
   if (planner::structural_hash(ir) != plan.model.structural_hash) {
     fail(ExitCode::kUsage, model_path + " does not match " + plan_path +
@@ -659,7 +674,6 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   const auto modules = modules_by_path(impl->module);
   std::vector<std::string> unit_paths;
   impl->units.resize(plan.units.size());
-  std::vector<ParamSlot> all_places;
   for (size_t u = 0; u < plan.units.size(); ++u) {
     const schema::Unit& planned = plan.units[u];
     UnitRuntime& unit = impl->units[u];
@@ -681,18 +695,22 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
         std::vector<ParamSlot> registrations = {locate(modules, param.name)};
         for (const auto& alias : param.aliases) registrations.push_back(locate(modules, alias));
         values.push_back(registrations[0].owner->getSlot(registrations[0].slot).toTensor());
-        all_places.insert(all_places.end(), registrations.begin(), registrations.end());
         places.push_back(std::move(registrations));
       }
       unit.groups.back().load(values);
       unit.places.push_back(std::move(places));
     }
     unit_paths.push_back(plan_unit_path(planned.name));
-  }
-  // From here on the only copy of a parameter is its master shard.
-  for (const ParamSlot& p : all_places) {
-    const at::Tensor value = p.owner->getSlot(p.slot).toTensor();
-    p.owner->setSlot(p.slot, at::empty({0}, value.options().device(impl->device)));
+    // From here on the only copy of the unit's parameters is its master shards: the full
+    // values go now, not after every unit, so loading never holds the model twice.
+    for (const auto& group_places : unit.places) {
+      for (const auto& registrations : group_places) {
+        for (const ParamSlot& p : registrations) {
+          const at::Tensor value = p.owner->getSlot(p.slot).toTensor();
+          p.owner->setSlot(p.slot, at::empty({0}, value.options().device(impl->device)));
+        }
+      }
+    }
   }
   // Buffers (and the parameters' empty placeholders) move to the device.
   if (impl->gpu) impl->module.to(impl->device);
@@ -701,6 +719,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   impl->cursor = std::make_unique<ScheduleCursor>(impl->plan);
   impl->rs_order = std::make_unique<ReduceScatterOrder>(impl->plan);
   impl->previous_hooks = planner::set_unit_hooks(impl.get());
+  impl->setup_peak_rss = host_memory::peak_rss_bytes();
   return std::unique_ptr<Context>(new Context(std::move(impl)));
 }
 
@@ -894,6 +913,10 @@ ContextStats Context::stats() const {
   s.peak_unsharded_bytes = impl_->peak_bytes;
   s.divergences = impl_->divergences;
   s.exposed_comm_us = impl_->gpu ? impl_->gpu->exposed_us() : impl_->exposed_us;
+  s.runtime_base_rss_bytes = impl_->base_rss;
+  s.model_bytes = impl_->model_bytes;
+  s.setup_peak_rss_bytes = impl_->setup_peak_rss;
+  s.activation_peak_bytes = impl_->activation_peak;
   return s;
 }
 

@@ -54,6 +54,17 @@ struct ContextStats {
   // prefetching did not hide. On the CPU the compute thread's blocked time; on a GPU the
   // compute stream's stalls, measured by timing events (waits whose events have completed).
   int64_t exposed_comm_us = 0;
+  // Memory beyond the plan's buffers (docs/run.md, "Memory"). The process's RSS when create()
+  // began, before the model was loaded; the model's parameters and buffers as loaded (each
+  // unit's full parameters are freed as soon as its shard is filled); the RSS high-water mark
+  // when create() returned. Then the most bytes one microbatch's forward and backward held
+  // above what was alive when it began: activations, and gradients on their way to the
+  // reduce-scatter (CPU tensors counted by host_memory.h; on a GPU, LibTorch's caching
+  // allocator's count on the device).
+  int64_t runtime_base_rss_bytes = 0;
+  int64_t model_bytes = 0;
+  int64_t setup_peak_rss_bytes = 0;
+  int64_t activation_peak_bytes = 0;
 };
 
 class Timeline;

@@ -1,10 +1,48 @@
 #include "executor/runtime/flat_group.h"
 
+#include <torch/csrc/autograd/function.h>
+
+#include <limits>
+
 #include "planner/torch_model.h"
 #include "schema/error.h"
 #include "schema/plan_rules.h"
 
 namespace mfsdp::executor {
+
+// The gathered parameters as outputs of autograd nodes, for autograd's bookkeeping only (the
+// context gathers and reduce-scatters): one node per parameter registration, all feeding one
+// anchor node of the group. The engine runs the anchor after every parameter node of this
+// backward, so the anchor completes the flat gradient. Like AccumulateGrad, both take the
+// highest sequence number: the engine runs them as soon as a gradient reaches them, instead
+// of after every node made later in forward (all of the unit's own computation, and for the
+// root unit, the whole model), so no parameter gradient waits beside the flat one.
+class GroupAnchorNode : public torch::autograd::Node {
+ public:
+  explicit GroupAnchorNode(FlatGroup* group)
+      : Node(std::numeric_limits<uint64_t>::max()), group_(group) {}
+  torch::autograd::variable_list apply(torch::autograd::variable_list&&) override {
+    group_->complete_gradient();
+    return {};
+  }
+
+ private:
+  FlatGroup* group_;
+};
+
+class ParamNode : public torch::autograd::Node {
+ public:
+  ParamNode(FlatGroup* group, size_t param)
+      : Node(std::numeric_limits<uint64_t>::max()), group_(group), param_(param) {}
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    group_->add_gradient(param_, grads[0]);
+    return {at::Tensor()};  // nothing flows on to the anchor; it only counts
+  }
+
+ private:
+  FlatGroup* group_;
+  size_t param_;
+};
 
 FlatGroup::FlatGroup(const schema::Group& group, const schema::Policy& policy, int64_t shard_rank,
                      void* unsharded, at::Device device)
@@ -72,30 +110,74 @@ at::Tensor FlatGroup::unsharded() const {
                           at::TensorOptions().dtype(compute_).device(device_));
 }
 
-void FlatGroup::bind(std::vector<at::Tensor>& views) {
-  leaf_ = unsharded().detach();
-  if (trainable()) leaf_.set_requires_grad(true);
-  // One split for all parameters (and the gaps between them), so backward concatenates the
-  // parameter gradients into one flat gradient instead of materialising one per parameter.
-  std::vector<int64_t> sizes;
-  std::vector<int> piece_of_param;
-  int64_t at = 0;
-  for (const auto& p : group_->params) {
-    if (p.offset > at) sizes.push_back(p.offset - at);
-    piece_of_param.push_back(static_cast<int>(sizes.size()));
-    sizes.push_back(p.numel);
-    at = p.offset + p.numel;
-  }
-  if (group_->padded_numel > at) sizes.push_back(group_->padded_numel - at);
-  const std::vector<at::Tensor> pieces = leaf_.split_with_sizes(sizes);
-  views.clear();
-  for (size_t i = 0; i < group_->params.size(); ++i) {
-    views.push_back(pieces[piece_of_param[i]].view(group_->params[i].shape));
+void FlatGroup::bind(GradientHandler on_gradient) {
+  on_gradient_ = std::move(on_gradient);
+  gradient_ = at::Tensor();
+  written_.assign(group_->params.size(), false);
+  anchor_.reset();
+  if (on_gradient_) {
+    anchor_ = std::make_shared<GroupAnchorNode>(this);
+    anchor_->add_input_metadata(at::empty({0}, master_.options()));
   }
 }
 
+at::Tensor FlatGroup::param(size_t p) {
+  at::Tensor tensor = param_in_slot(p);
+  if (anchor_) {
+    auto node = std::make_shared<ParamNode>(this, p);
+    node->add_next_edge(torch::autograd::Edge(anchor_, 0));
+    torch::autograd::create_gradient_edge(tensor, std::move(node));
+  }
+  return tensor;
+}
+
+// A tensor of its own (not a view) over the parameter's bytes in the slot.
+at::Tensor FlatGroup::param_in_slot(size_t p) const {
+  const auto& layout = group_->params[p];
+  void* at = static_cast<char*>(unsharded_) + layout.offset * c10::elementSize(compute_);
+  return torch::from_blob(at, layout.shape, at::TensorOptions().dtype(compute_).device(device_));
+}
+
+void FlatGroup::add_gradient(size_t p, const at::Tensor& grad) {
+  if (!grad.defined()) return;
+  if (!gradient_.defined()) {
+    gradient_ =
+        at::empty({group_->padded_numel}, at::TensorOptions().dtype(compute_).device(device_));
+  }
+  const auto& layout = group_->params[p];
+  at::Tensor region = gradient_.narrow(0, layout.offset, layout.numel).view(layout.shape);
+  if (written_[p]) {
+    region.add_(grad);
+  } else {
+    region.copy_(grad);
+    written_[p] = true;
+  }
+}
+
+void FlatGroup::complete_gradient() {
+  if (!gradient_.defined()) {
+    gradient_ =
+        at::zeros({group_->padded_numel}, at::TensorOptions().dtype(compute_).device(device_));
+  } else {
+    // Parameters that got no gradient, the alignment gaps and the padding are zero.
+    int64_t at = 0;
+    for (size_t p = 0; p < group_->params.size(); ++p) {
+      const auto& layout = group_->params[p];
+      if (layout.offset > at) gradient_.narrow(0, at, layout.offset - at).zero_();
+      if (!written_[p]) gradient_.narrow(0, layout.offset, layout.numel).zero_();
+      at = layout.offset + layout.numel;
+    }
+    if (group_->padded_numel > at) gradient_.narrow(0, at, group_->padded_numel - at).zero_();
+  }
+  at::Tensor flat = std::move(gradient_);
+  gradient_ = at::Tensor();
+  if (on_gradient_) on_gradient_(flat);
+}
+
 void FlatGroup::release() {
-  leaf_ = at::Tensor();
+  on_gradient_ = nullptr;
+  anchor_.reset();
+  gradient_ = at::Tensor();
 }
 
 }  // namespace mfsdp::executor

@@ -1,16 +1,22 @@
 #pragma once
 // One (dtype, requires_grad) group of a unit at run time: the rank's sharded master slice,
 // its sharded main gradient, and the unsharded flat buffer that lives in the unit's slot.
-// Parameters are views into an autograd leaf over that buffer, so gradients of all of the
+// Parameters are views into one flat tensor over that buffer, so gradients of all of the
 // group's parameters arrive as one flat tensor.
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <torch/script.h>
 
 #include "schema/plan.h"
+
+namespace torch::autograd {
+struct Node;
+}
 
 namespace mfsdp::executor {
 
@@ -43,9 +49,18 @@ class FlatGroup {
   const void* gather_input();
   // The unsharded buffer in the slot, as a tensor (no ownership).
   at::Tensor unsharded() const;
-  // A fresh autograd leaf over the unsharded buffer and one view per parameter.
-  void bind(std::vector<at::Tensor>& views);
-  at::Tensor& leaf() { return leaf_; }
+  // Binding the gathered parameters for one forward. bind() starts it; param() then gives a
+  // tensor over parameter `p`'s bytes in the slot, a new one for every registration of the
+  // parameter (tied weights have several). Without `on_gradient` (frozen groups, grad mode
+  // off) these are plain tensors. With it, each is the output of its own autograd node:
+  // backward adds each registration's gradient into one flat gradient of
+  // the group as it arrives and frees it, and once every node that ran has done so hands
+  // the flat gradient to `on_gradient`. Neither autograd's sum of a tied weight's gradients
+  // nor a concatenation of the parameters' gradients is ever materialised next to it, and
+  // nothing is accumulated into a leaf's .grad.
+  using GradientHandler = std::function<void(const at::Tensor& flat_gradient)>;
+  void bind(GradientHandler on_gradient = {});
+  at::Tensor param(size_t p);
   void release();
 
  private:
@@ -59,7 +74,16 @@ class FlatGroup {
   at::Tensor master_;
   at::Tensor main_grad_;
   at::Tensor staging_;  // master cast to the compute dtype when the two differ
-  at::Tensor leaf_;
+  GradientHandler on_gradient_;
+  std::shared_ptr<torch::autograd::Node> anchor_;  // every parameter node feeds it; it completes
+  at::Tensor gradient_;  // the flat gradient being filled, in the compute dtype
+  std::vector<bool> written_;
+
+  at::Tensor param_in_slot(size_t p) const;
+  void add_gradient(size_t p, const at::Tensor& grad);
+  void complete_gradient();
+  friend class GroupAnchorNode;
+  friend class ParamNode;
 };
 
 }  // namespace mfsdp::executor

@@ -242,6 +242,18 @@ void GpuRuntime::record_on(const at::Tensor& tensor, Stream& stream) {
   record_tensor_stream(tensor, impl_->cuda(stream).native(), impl_->device);
 }
 
+int64_t GpuRuntime::tensor_bytes() const {
+  return torch_cuda_memory(impl_->device).allocated;
+}
+
+int64_t GpuRuntime::peak_tensor_bytes() const {
+  return torch_cuda_memory(impl_->device).peak_allocated;
+}
+
+void GpuRuntime::reset_memory_peak() {
+  reset_torch_cuda_peak(impl_->device);
+}
+
 void GpuRuntime::compute_wait(const std::shared_ptr<Event>& event) {
   Impl& impl = *impl_;
   // Bounded when nobody asks for exposed_us(): old stalls have long completed.

@@ -83,6 +83,12 @@ class GpuRuntime {
   // completed (after a synchronizing call such as loss.item(), all of them).
   int64_t exposed_us();
 
+  // Device bytes held by LibTorch's tensors on this GPU (its caching allocator's count; the
+  // slots are outside it): now, and the most since reset_memory_peak().
+  int64_t tensor_bytes() const;
+  int64_t peak_tensor_bytes() const;
+  void reset_memory_peak();
+
   // Throws the first failure of a collective (Error, naming rank and collective) without
   // waiting for anything; the context calls it at each microbatch's end.
   void check() const;

@@ -74,6 +74,15 @@ void GpuRuntime::compute_wait(const std::shared_ptr<Event>&) {
 int64_t GpuRuntime::exposed_us() {
   absent();
 }
+int64_t GpuRuntime::tensor_bytes() const {
+  absent();
+}
+int64_t GpuRuntime::peak_tensor_bytes() const {
+  absent();
+}
+void GpuRuntime::reset_memory_peak() {
+  absent();
+}
 void GpuRuntime::check_compute_stream(const std::string&) const {
   absent();
 }

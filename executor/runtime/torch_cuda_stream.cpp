@@ -38,6 +38,23 @@ void record_tensor_stream(const at::Tensor& tensor, cudaStream_t stream, int dev
                                                 torch_stream(stream, device));
 }
 
+TorchCudaMemory torch_cuda_memory(int device) {
+  using c10::cuda::CUDACachingAllocator::StatType;
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
+  TorchCudaMemory m;
+  m.allocated = stats.allocated_bytes[aggregate].current;
+  m.peak_allocated = stats.allocated_bytes[aggregate].peak;
+  m.reserved = stats.reserved_bytes[aggregate].current;
+  m.peak_reserved = stats.reserved_bytes[aggregate].peak;
+  return m;
+}
+
+void reset_torch_cuda_peak(int device) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+}
+
 #else
 
 namespace {
@@ -65,6 +82,12 @@ void run_with_torch_stream(cudaStream_t, int, const std::function<void()>&) {
 void record_tensor_stream(const at::Tensor&, cudaStream_t, int) {
   no_c10_cuda("recording a tensor's use on a collective stream");
 }
+
+TorchCudaMemory torch_cuda_memory(int) {
+  return {};
+}
+
+void reset_torch_cuda_peak(int) {}
 
 #endif
 

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <functional>
 
 #include <ATen/core/Tensor.h>
@@ -28,5 +29,14 @@ void run_with_torch_stream(cudaStream_t stream, int device, const std::function<
 // The caching allocator reuses `tensor`'s memory only after the work issued on `stream` so
 // far has finished (c10's recordStream). Error(kRuntime) without c10_cuda.
 void record_tensor_stream(const at::Tensor& tensor, cudaStream_t stream, int device);
+
+// LibTorch's caching allocator on `device`: bytes its tensors hold now, the most since the
+// last reset_torch_cuda_peak(), and what it has reserved from the driver (the difference is
+// its cache and fragmentation). Zeros without c10_cuda.
+struct TorchCudaMemory {
+  int64_t allocated = 0, peak_allocated = 0, reserved = 0, peak_reserved = 0;
+};
+TorchCudaMemory torch_cuda_memory(int device);
+void reset_torch_cuda_peak(int device);
 
 }  // namespace mfsdp::executor

@@ -36,6 +36,28 @@ void ShardedOptimizer::step() {
   optimizer_->step();
 }
 
+int64_t ShardedOptimizer::state_bytes() const {
+  int64_t bytes = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined()) bytes += static_cast<int64_t>(t.numel() * t.element_size());
+  };
+  for (const auto& entry : optimizer_->state()) {
+    const torch::optim::OptimizerParamState* state = entry.second.get();
+    if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
+      add(adam->exp_avg());
+      add(adam->exp_avg_sq());
+      add(adam->max_exp_avg_sq());
+    } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
+      add(adamw->exp_avg());
+      add(adamw->exp_avg_sq());
+      add(adamw->max_exp_avg_sq());
+    } else if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
+      add(sgd->momentum_buffer());
+    }
+  }
+  return bytes;
+}
+
 void ShardedOptimizer::save(torch::serialize::OutputArchive& archive) const {
   optimizer_->save(archive);
 }

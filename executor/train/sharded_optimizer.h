@@ -32,6 +32,9 @@ class ShardedOptimizer {
   void step();
   void set_lr(double lr);
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  // Bytes of the per-parameter state (moments, momentum buffers, step counts) on this rank:
+  // none before the first step, which creates it.
+  int64_t state_bytes() const;
   // As constructed; set_lr does not change it. Checkpoints record it.
   const OptimizerConfig& config() const { return config_; }
 

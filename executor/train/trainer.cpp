@@ -13,9 +13,11 @@
 
 #include <torch/torch.h>
 
+#include "executor/runtime/host_memory.h"
 #include "executor/runtime/timeline.h"
 #include "executor/train/checkpoint.h"
 #include "executor/train/loss.h"
+#include "executor/train/memory_report.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
 
@@ -26,18 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-// kB fields of /proc/self/status ("VmRSS", "VmHWM"), in bytes; 0 when unavailable.
-int64_t status_bytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) {
-      return std::atoll(line.c_str() + field.size() + 1) * 1024;
-    }
-  }
-  return 0;
 }
 
 std::string mib(int64_t bytes) {
@@ -228,6 +218,10 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   const Loss loss(parse_loss(config.loss), data_config);
   ShardedOptimizer optimizer(*ctx, config.optimizer);
   const int64_t microbatches = data_config.microbatches;
+  // Set-up's high-water mark (the model as loaded) is in ctx->stats(); from here on the
+  // mark is training's.
+  host_memory::reset_peak_rss();
+  int64_t optimizer_step_peak = 0;
 
   TrainingState state;
   state.config = config.describe();
@@ -291,7 +285,13 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
     }
     if (config.clip_grad_norm) record.grad_norm = ctx->clip_grad_norm(*config.clip_grad_norm);
     const int64_t optimizer_us = Timeline::now_us();
+    const int64_t bytes_before_step = host_memory::tensor_bytes();
+    host_memory::reset_peak();
     optimizer.step();
+    // Temporaries only: state the step created (the first step's moments) stays counted.
+    optimizer_step_peak =
+        std::max(optimizer_step_peak, host_memory::peak_tensor_bytes() -
+                                          std::max(bytes_before_step, host_memory::tensor_bytes()));
     ctx->zero_grad();
     if (timeline) timeline->record("compute", "optimizer step", optimizer_us, Timeline::now_us());
     record.loss = ctx->mean_over_ranks(record.local_loss);
@@ -321,7 +321,8 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
                           {"exposed_comm_ms", record.exposed_ms},
                           {"samples_per_s", data_config.global_batch / (record.ms / 1000.0)},
                           {"peak_unsharded_bytes", ctx->stats().peak_unsharded_bytes},
-                          {"rss_bytes", status_bytes("VmRSS")},
+                          {"rss_bytes", host_memory::rss_bytes()},
+                          {"tensor_bytes", host_memory::tensor_bytes()},
                           {"time", std::chrono::duration<double>(
                                        std::chrono::system_clock::now().time_since_epoch())
                                        .count()}};
@@ -351,10 +352,24 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   }
 
   const ContextStats stats = ctx->stats();
+  MemoryBreakdown memory;
+  memory.rank = ctx->rank();
+  memory.runtime_base = stats.runtime_base_rss_bytes;
+  memory.model_as_loaded = stats.model_bytes;
+  memory.setup_peak_rss = stats.setup_peak_rss_bytes;
+  memory.sharded_params = stats.sharded_param_bytes;
+  memory.main_grads = stats.sharded_grad_bytes;
+  memory.optimizer_state = optimizer.state_bytes();
+  memory.slots = stats.slot_bytes;
+  memory.activation_peak = stats.activation_peak_bytes;
+  memory.optimizer_step_peak = optimizer_step_peak;
+  memory.peak_rss = host_memory::peak_rss_bytes();
+  if (metrics) metrics->write({{"rank", ctx->rank()}, {"memory", memory.to_json()}});
   const double exposed_pct = total_ms > 0 ? 100.0 * total_exposed_ms / total_ms : 0.0;
   std::ostringstream mine;
-  mine << status_bytes("VmHWM") << " " << exposed_pct << " " << stats.peak_unsharded_bytes;
+  mine << memory.process_peak_rss() << " " << exposed_pct << " " << stats.peak_unsharded_bytes;
   const std::vector<std::string> ranks = ctx->exchange("run-summary", mine.str());
+  const std::vector<std::string> breakdowns = ctx->exchange("memory", memory.to_json().dump());
   if (Timeline* timeline = ctx->timeline()) {
     const std::vector<std::string> events =
         ctx->exchange("trace", trace_events_json(ctx->rank(), timeline->take()));
@@ -387,6 +402,10 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   out << "memory: peak unsharded " << worst_peak << " B measured vs " << planned << " B planned"
       << (worst_peak == planned ? "" : " (differs)") << "; sharded params "
       << stats.sharded_param_bytes << " B per rank; peak RSS " << rss << std::endl;
+  std::vector<MemoryBreakdown> all;
+  for (const std::string& b : breakdowns)
+    all.push_back(MemoryBreakdown::from_json(nlohmann::json::parse(b)));
+  out << memory_table(all) << std::flush;
 }
 
 }  // namespace mfsdp::executor

@@ -20,6 +20,7 @@
 #include "executor/train/loss.h"
 #include "executor/train/sharded_optimizer.h"
 #include "executor/train/trainer.h"
+#include "schema/plan_json.h"
 #include "tests/cli/cli_test_support.h"
 
 namespace mfsdp::testing {
@@ -177,9 +178,14 @@ TEST(RunCli, TwoRanksTrainLikeOneProcessOnTheGlobalBatch) {
   const Reference reference = train_reference(config);
   std::map<int64_t, double> losses;  // step -> loss, from rank 0's lines
   int64_t lines_per_rank[2] = {0, 0};
+  std::vector<nlohmann::json> memory;  // each rank's breakdown, written last
   for (const auto& j : metric_lines(metrics)) {
     const int rank = j.at("rank").get<int>();
     ASSERT_TRUE(rank == 0 || rank == 1) << j.dump();
+    if (j.contains("memory")) {
+      memory.push_back(j.at("memory"));
+      continue;
+    }
     ++lines_per_rank[rank];
     for (const char* field :
          {"step", "loss", "rank_loss", "lr", "grad_norm", "step_ms", "exposed_comm_ms",
@@ -190,6 +196,35 @@ TEST(RunCli, TwoRanksTrainLikeOneProcessOnTheGlobalBatch) {
   }
   EXPECT_EQ(lines_per_rank[0], 6);
   EXPECT_EQ(lines_per_rank[1], 6);
+  // The breakdown (docs/run.md#memory): its parts are this run's real sizes, and they add up
+  // to the peak with what is left over.
+  ASSERT_EQ(memory.size(), 2u);
+  const schema::Memory planned = schema::read_plan_file(plan).plan.memory;
+  int64_t model_bytes = 0;
+  for (const auto& p : torch::jit::load(kRepo + "/" + kModel).named_parameters()) {
+    if (p.name != "lm_head.weight") model_bytes += p.value.numel() * p.value.element_size();
+  }
+  for (const auto& m : memory) {
+    SCOPED_TRACE(m.dump());
+    EXPECT_EQ(m.at("sharded_param_bytes").get<int64_t>(), planned.sharded_param_bytes);
+    EXPECT_EQ(m.at("main_grad_bytes").get<int64_t>(), planned.sharded_grad_bytes);
+    // SGD with momentum: one buffer per master element.
+    EXPECT_EQ(m.at("optimizer_state_bytes").get<int64_t>(), planned.sharded_param_bytes);
+    EXPECT_EQ(m.at("slot_bytes").get<int64_t>(), planned.slot_bytes);
+    EXPECT_EQ(m.at("model_as_loaded_bytes").get<int64_t>(), model_bytes);  // tied: counted once
+    EXPECT_GT(m.at("runtime_base_bytes").get<int64_t>(), 0);
+    EXPECT_GT(m.at("activation_peak_bytes").get<int64_t>(), 0);
+    EXPECT_GE(m.at("setup_peak_rss_bytes").get<int64_t>(),
+              m.at("runtime_base_bytes").get<int64_t>());
+    int64_t accounted = m.at("peak_rss_bytes").get<int64_t>() - m.at("other_bytes").get<int64_t>();
+    for (const char* part : {"runtime_base_bytes", "sharded_param_bytes", "main_grad_bytes",
+                             "optimizer_state_bytes", "slot_bytes"}) {
+      accounted -= m.at(part).get<int64_t>();
+    }
+    EXPECT_EQ(accounted, std::max(m.at("activation_peak_bytes").get<int64_t>(),
+                                  m.at("optimizer_step_peak_bytes").get<int64_t>()));
+  }
+  EXPECT_NE(r.out.find("[rank 0] memory per rank, MiB"), std::string::npos) << r.out;
   ASSERT_EQ(losses.size(), reference.losses.size());
   for (size_t s = 0; s < reference.losses.size(); ++s) {
     EXPECT_NEAR(losses.at(static_cast<int64_t>(s) + 1), reference.losses[s],

@@ -1,0 +1,37 @@
+#pragma once
+// Host memory as one rank sees it: the process's resident set from /proc, and the bytes that
+// LibTorch's CPU tensors hold, counted by an allocator that sits in front of LibTorch's.
+//
+// Counting tensor bytes is what lets `mfsdp run` say where a peak came from: RSS alone cannot
+// tell activations from a leftover copy of the model or from memory that malloc keeps.
+
+#include <cstdint>
+
+namespace mfsdp::executor::host_memory {
+
+// Installs the counting CPU allocator (idempotent; call before the tensors you want counted
+// are made: tensors allocated earlier keep their own deleter and are never counted).
+//
+// Large tensors (at least kMappedBytes) are mapped straight from the kernel (with transparent
+// huge pages where the kernel allows them) and unmapped when freed. glibc would map them too,
+// until the first free of one raised its dynamic mmap threshold (up to 32 MiB) and later ones
+// of that size came from its arenas, where freed gradients and activations stayed resident as
+// fragments between steps (~500 MiB per rank at GPT-2 small, bench/README.md).
+void install();
+bool installed();
+constexpr int64_t kMappedBytes = int64_t{1} << 20;
+
+// Bytes of CPU tensors alive now, and the most alive at once since the last reset_peak().
+int64_t tensor_bytes();
+int64_t peak_tensor_bytes();
+void reset_peak();  // the peak restarts from what is alive now
+
+// The process's resident set now (VmRSS) and its high-water mark (VmHWM), in bytes; 0 when
+// /proc cannot say.
+int64_t rss_bytes();
+int64_t peak_rss_bytes();
+// Restarts the high-water mark from the current RSS (/proc/self/clear_refs); false when the
+// kernel does not allow it.
+bool reset_peak_rss();
+
+}  // namespace mfsdp::executor::host_memory

@@ -1,0 +1,43 @@
+#pragma once
+// Where a rank's memory went during `mfsdp run` (docs/run.md, "Memory"): the runtime's own
+// base, the plan's per-rank state, the transients of a step, and what none of those explain.
+// Rank 0 prints one row per rank at the end; each rank writes its own to the metrics file.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace mfsdp::executor {
+
+struct MemoryBreakdown {
+  int rank = 0;
+  int64_t runtime_base = 0;     // RSS after LibTorch started, before the model loaded
+  int64_t model_as_loaded = 0;  // the model file's tensors, freed unit by unit during set-up
+  int64_t setup_peak_rss = 0;   // RSS high-water mark of set-up (load, shard, connect)
+  int64_t sharded_params = 0;
+  int64_t main_grads = 0;
+  int64_t optimizer_state = 0;
+  int64_t slots = 0;                // the plan's buffers for gathered units
+  int64_t activation_peak = 0;      // the most one microbatch's forward and backward held
+  int64_t optimizer_step_peak = 0;  // the most the optimizer step's temporaries held
+  int64_t peak_rss = 0;             // RSS high-water mark of training (after set-up)
+
+  // The two transients never coexist: activations are gone before the optimizer steps.
+  int64_t transient() const;
+  // Base + persistent state + the larger transient: what the peak should be.
+  int64_t accounted() const;
+  // Peak RSS less what is accounted for: allocator overhead, code, anything unexplained.
+  int64_t other() const;
+  // The larger of the set-up and training peaks.
+  int64_t process_peak_rss() const;
+
+  nlohmann::json to_json() const;
+  static MemoryBreakdown from_json(const nlohmann::json& j);
+};
+
+// One header and one row per rank, in MiB, with "other" as a share of the peak above the base.
+std::string memory_table(const std::vector<MemoryBreakdown>& ranks);
+
+}  // namespace mfsdp::executor

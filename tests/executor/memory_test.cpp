@@ -1,0 +1,147 @@
+// Memory beyond the plan's buffers (docs/run.md, "Memory"): the counting allocator, a group's
+// flat gradient reaching its handler without autograd keeping a copy, and a context that,
+// once the model is sharded, holds no copy of the model's full parameters.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "executor/runtime/context.h"
+#include "executor/runtime/flat_group.h"
+#include "executor/runtime/host_memory.h"
+#include "executor/train/sharded_optimizer.h"
+#include "planner/sharding_scope.h"
+#include "schema/plan_json.h"
+#include "tests/executor/training_task.h"
+#include "tests/gpu/one_rank_world.h"
+#include "tests/planner/ir_builder.h"
+
+namespace mfsdp::executor {
+namespace {
+
+constexpr int64_t kMiB = 1 << 20;
+
+TEST(HostMemory, CountsLiveAndPeakBytesOfSmallAndMappedTensors) {
+  host_memory::install();
+  const int64_t before = host_memory::tensor_bytes();
+  host_memory::reset_peak();
+  {
+    at::Tensor large = torch::ones({kMiB}, torch::kFloat);  // 4 MiB: mapped from the kernel
+    at::Tensor small = torch::ones({100}, torch::kFloat);
+    EXPECT_EQ(host_memory::tensor_bytes() - before, 4 * kMiB + 400);
+    EXPECT_EQ(large.sum().item<double>(), static_cast<double>(kMiB));
+    EXPECT_EQ(small.sum().item<double>(), 100.0);
+  }
+  EXPECT_EQ(host_memory::tensor_bytes(), before);
+  EXPECT_GE(host_memory::peak_tensor_bytes() - before, 4 * kMiB + 400);
+  host_memory::reset_peak();
+  EXPECT_EQ(host_memory::peak_tensor_bytes(), host_memory::tensor_bytes());
+}
+
+TEST(HostMemory, ReadsTheResidentSetAndItsHighWaterMark) {
+  EXPECT_GT(host_memory::rss_bytes(), 0);
+  EXPECT_GE(host_memory::peak_rss_bytes(), host_memory::rss_bytes());
+}
+
+// One 4 MiB weight and a bias in one unit of a one-rank plan.
+schema::Unit one_big_unit() {
+  testing::IrBuilder b;
+  b.module("a");
+  b.param("a", "w", {1024, 1024});
+  b.param("a", "b", {1024});
+  b.call("a");
+  planner::ShardedModel model = b.model();
+  planner::ShardingScope scope(model, {1, 1, 1}, {});
+  scope.fully_shard("a");
+  return scope.finalize().units.at(0);
+}
+
+TEST(FlatGroupGradient, ArrivesOnceWithoutCopiesOfTiedOrConcatenatedGradients) {
+  host_memory::install();
+  const schema::Unit unit = one_big_unit();
+  const schema::Group& layout = unit.groups.at(0);
+  std::vector<float> slot(static_cast<size_t>(layout.padded_numel), 1.0f);
+  FlatGroup group(layout, schema::Policy{}, 0, slot.data());
+  std::vector<at::Tensor> received;
+  group.bind([&](const at::Tensor& grad) { received.push_back(grad); });
+  // The weight is used twice through two registrations (a tied weight), the bias once.
+  const at::Tensor loss =
+      (group.param(0) * 2).sum() + (group.param(0) * 5).sum() + (group.param(1) * 3).sum();
+
+  const int64_t before = host_memory::tensor_bytes();
+  host_memory::reset_peak();
+  loss.backward();
+  ASSERT_EQ(received.size(), 1u);
+  const at::Tensor& flat = received[0];
+  ASSERT_EQ(flat.numel(), layout.padded_numel);
+  const auto& w = layout.params[0];
+  const auto& b = layout.params[1];
+  EXPECT_TRUE(flat.narrow(0, w.offset, w.numel).eq(7).all().item<bool>());
+  EXPECT_TRUE(flat.narrow(0, b.offset, b.numel).eq(3).all().item<bool>());
+  // The handler's gradient is the only one alive: none accumulated into the master's (or
+  // any leaf's) .grad, which would be a second unsharded copy.
+  EXPECT_FALSE(group.master().grad().defined());
+  EXPECT_EQ(host_memory::tensor_bytes() - before, flat.numel() * 4);
+  // At most one registration's gradient exists beside the flat one at any time: autograd
+  // never sums the two uses of the weight, and nothing concatenates the parameters.
+  EXPECT_LE(host_memory::peak_tensor_bytes() - before, flat.numel() * 4 + w.numel * 4 + kMiB);
+  group.release();
+}
+
+std::string fixture_path(const std::string& file) {
+  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + file;
+}
+
+std::string one_rank_plan(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/memory_" + name;
+  std::filesystem::create_directories(dir);
+  planner::ShardedModel model = planner::ShardedModel::load(fixture_path("tied_lm.pt"));
+  planner::ShardingScope scope(model, {1, 1, 1}, {});
+  for (const char* unit : {"layers.0", "layers.1", "<root>"}) scope.fully_shard(unit);
+  const std::string path = dir + "/plan.json";
+  schema::write_file_atomically(path, schema::dump_plan(scope.finalize()));
+  return path;
+}
+
+// After set-up and after a training step, the tensors alive are the plan's per-rank state
+// and the optimizer's, nothing like a second copy of the model (with one rank the shards are
+// the whole model, so a leftover copy would add all of model_bytes).
+TEST(ContextMemory, HoldsNoCopyOfTheModelAndMeasuresTheActivationPeak) {
+  host_memory::install();
+  OneRankWorld world;
+  const std::string plan = one_rank_plan("no_copy");
+  const int64_t before = host_memory::tensor_bytes();
+  auto ctx = Context::create(plan, fixture_path("tied_lm.pt"), world.env);
+  ContextStats stats = ctx->stats();
+  ASSERT_GT(stats.model_bytes, 0);
+  EXPECT_GT(stats.runtime_base_rss_bytes, 0);
+  EXPECT_GE(stats.setup_peak_rss_bytes, stats.runtime_base_rss_bytes);
+  const int64_t state = stats.sharded_param_bytes + stats.sharded_grad_bytes;
+  EXPECT_LT(host_memory::tensor_bytes() - before, state + stats.model_bytes / 4);
+
+  OptimizerConfig adamw;
+  ShardedOptimizer optimizer(*ctx, adamw);
+  const testing::TrainingTask task = testing::task_named("tied_lm");
+  const testing::Batch batch = testing::global_batch(task, 4, 0);
+  microbatch(*ctx, true);
+  const at::Tensor out = ctx->forward({batch.inputs}).toTensor();
+  const int64_t logits_bytes = out.numel() * out.element_size();
+  ctx->backward(testing::task_loss(task, out, batch.targets));
+  optimizer.step();
+  ctx->zero_grad();
+
+  stats = ctx->stats();
+  // The logits (and their gradient) live through backward.
+  EXPECT_GE(stats.activation_peak_bytes, logits_bytes);
+  // Adam's two moments per trainable master element.
+  EXPECT_EQ(optimizer.state_bytes(), 2 * stats.sharded_param_bytes);
+  const int64_t alive = host_memory::tensor_bytes() - before - out.numel() * out.element_size();
+  EXPECT_LT(alive, state + optimizer.state_bytes() + stats.model_bytes / 4);
+  EXPECT_GE(alive, state + optimizer.state_bytes());
+}
+
+}  // namespace
+}  // namespace mfsdp::executor

@@ -45,33 +45,38 @@ void release(void* data) {
   }
 }
 
+c10::DataPtr allocate_counted(size_t bytes) {
+  const c10::Device cpu(c10::DeviceType::CPU);
+  if (bytes == 0) return {nullptr, nullptr, &release, cpu};
+  const size_t total = bytes + kHeader;
+  void* block = nullptr;
+  if (total >= kMapFrom) {
+    block = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (block == MAP_FAILED) {
+      block = nullptr;
+    } else if (total >= kHugePage) {
+      // Fresh mappings fault in page by page; with 4 KiB pages that cost GPT-2 small a
+      // quarter of its step time, with transparent huge pages nothing measurable.
+      ::madvise(block, total, MADV_HUGEPAGE);
+    }
+  } else if (::posix_memalign(&block, kAlignment, total) != 0) {
+    block = nullptr;
+  }
+  if (!block) throw std::bad_alloc();
+  *static_cast<size_t*>(block) = bytes;
+  add(static_cast<int64_t>(bytes));
+  void* data = static_cast<char*>(block) + kHeader;
+  return {data, data, &release, cpu};
+}
+
+// LibTorch 1.13 declares `allocate` const and has no `copy_data`; 2.3 and later declare
+// `allocate` non-const and `copy_data` pure. Both spellings are here, so each version finds
+// its overrides (hence no `override` on any of them).
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t bytes) const override {
-    const c10::Device cpu(c10::DeviceType::CPU);
-    if (bytes == 0) return {nullptr, nullptr, &release, cpu};
-    const size_t total = bytes + kHeader;
-    void* block = nullptr;
-    if (total >= kMapFrom) {
-      block = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (block == MAP_FAILED) {
-        block = nullptr;
-      } else if (total >= kHugePage) {
-        // Fresh mappings fault in page by page; with 4 KiB pages that cost GPT-2 small a
-        // quarter of its step time, with transparent huge pages nothing measurable.
-        ::madvise(block, total, MADV_HUGEPAGE);
-      }
-    } else if (::posix_memalign(&block, kAlignment, total) != 0) {
-      block = nullptr;
-    }
-    if (!block) throw std::bad_alloc();
-    *static_cast<size_t*>(block) = bytes;
-    add(static_cast<int64_t>(bytes));
-    void* data = static_cast<char*>(block) + kHeader;
-    return {data, data, &release, cpu};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  // A pure virtual of LibTorch 2.x's Allocator (absent in 1.13, hence no `override`).
+  c10::DataPtr allocate(size_t bytes) const { return allocate_counted(bytes); }
+  c10::DataPtr allocate(size_t bytes) { return allocate_counted(bytes); }
+  c10::DeleterFnPtr raw_deleter() const { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const {
     std::memcpy(dest, src, count);
   }

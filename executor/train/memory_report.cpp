@@ -23,23 +23,26 @@ int64_t MemoryBreakdown::process_peak_rss() const {
 }
 
 nlohmann::json MemoryBreakdown::to_json() const {
-  return {{"rank", rank},
-          {"runtime_base_bytes", runtime_base},
-          {"model_as_loaded_bytes", model_as_loaded},
-          {"setup_peak_rss_bytes", setup_peak_rss},
-          {"sharded_param_bytes", sharded_params},
-          {"main_grad_bytes", main_grads},
-          {"optimizer_state_bytes", optimizer_state},
-          {"slot_bytes", slots},
-          {"activation_peak_bytes", activation_peak},
-          {"optimizer_step_peak_bytes", optimizer_step_peak},
-          {"peak_rss_bytes", peak_rss},
-          {"other_bytes", other()}};
+  nlohmann::json j = {{"rank", rank},
+                      {"device", device},
+                      {"runtime_base_bytes", runtime_base},
+                      {"model_as_loaded_bytes", model_as_loaded},
+                      {"setup_peak_rss_bytes", setup_peak_rss},
+                      {"sharded_param_bytes", sharded_params},
+                      {"main_grad_bytes", main_grads},
+                      {"optimizer_state_bytes", optimizer_state},
+                      {"slot_bytes", slots},
+                      {"activation_peak_bytes", activation_peak},
+                      {"optimizer_step_peak_bytes", optimizer_step_peak},
+                      {"peak_rss_bytes", peak_rss}};
+  if (device == "cpu") j["other_bytes"] = other();
+  return j;
 }
 
 MemoryBreakdown MemoryBreakdown::from_json(const nlohmann::json& j) {
   MemoryBreakdown m;
   m.rank = j.at("rank").get<int>();
+  m.device = j.at("device").get<std::string>();
   m.runtime_base = j.at("runtime_base_bytes").get<int64_t>();
   m.model_as_loaded = j.at("model_as_loaded_bytes").get<int64_t>();
   m.setup_peak_rss = j.at("setup_peak_rss_bytes").get<int64_t>();
@@ -53,7 +56,29 @@ MemoryBreakdown MemoryBreakdown::from_json(const nlohmann::json& j) {
   return m;
 }
 
+namespace {
+
+std::string gpu_memory_table(const std::vector<MemoryBreakdown>& ranks) {
+  const char* headers[] = {"params", "grads", "optimizer", "slots", "activations", "host RSS"};
+  std::ostringstream out;
+  out << "GPU memory per rank, MiB (docs/run.md#memory):\n" << std::setw(8) << "";
+  for (const char* h : headers) out << std::setw(12) << h;
+  out << "\n" << std::fixed << std::setprecision(1);
+  for (const MemoryBreakdown& m : ranks) {
+    out << "rank " << std::setw(3) << std::left << m.rank << std::right;
+    for (int64_t v : {m.sharded_params, m.main_grads, m.optimizer_state, m.slots, m.activation_peak,
+                      m.process_peak_rss()}) {
+      out << std::setw(12) << v / (1024.0 * 1024.0);
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
 std::string memory_table(const std::vector<MemoryBreakdown>& ranks) {
+  if (!ranks.empty() && ranks.front().device != "cpu") return gpu_memory_table(ranks);
   const char* headers[] = {"base",        "params",     "grads", "optimizer", "slots",
                            "activations", "optim step", "other", "peak RSS"};
   std::ostringstream out;

@@ -13,6 +13,10 @@ namespace mfsdp::executor {
 
 struct MemoryBreakdown {
   int rank = 0;
+  // "cpu", or "cuda": then params, grads, optimizer, slots and activations are device memory
+  // (activations from LibTorch's caching allocator), the RSS fields are the host's, and
+  // there is no "other" (the host's RSS does not hold the device's state).
+  std::string device = "cpu";
   int64_t runtime_base = 0;     // RSS after LibTorch started, before the model loaded
   int64_t model_as_loaded = 0;  // the model file's tensors, freed unit by unit during set-up
   int64_t setup_peak_rss = 0;   // RSS high-water mark of set-up (load, shard, connect)
@@ -37,7 +41,8 @@ struct MemoryBreakdown {
   static MemoryBreakdown from_json(const nlohmann::json& j);
 };
 
-// One header and one row per rank, in MiB, with "other" as a share of the peak above the base.
+// One header and one row per rank, in MiB, with "other" as a share of the peak above the base;
+// on GPUs the device's columns only, and the host's peak RSS.
 std::string memory_table(const std::vector<MemoryBreakdown>& ranks);
 
 }  // namespace mfsdp::executor

@@ -354,6 +354,7 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   const ContextStats stats = ctx->stats();
   MemoryBreakdown memory;
   memory.rank = ctx->rank();
+  if (ctx->device().is_cuda()) memory.device = "cuda";
   memory.runtime_base = stats.runtime_base_rss_bytes;
   memory.model_as_loaded = stats.model_bytes;
   memory.setup_peak_rss = stats.setup_peak_rss_bytes;
@@ -362,7 +363,8 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   memory.optimizer_state = optimizer.state_bytes();
   memory.slots = stats.slot_bytes;
   memory.activation_peak = stats.activation_peak_bytes;
-  memory.optimizer_step_peak = optimizer_step_peak;
+  // Host tensors only: on a GPU the optimizer's temporaries are not counted.
+  if (memory.device == "cpu") memory.optimizer_step_peak = optimizer_step_peak;
   memory.peak_rss = host_memory::peak_rss_bytes();
   if (metrics) metrics->write({{"rank", ctx->rank()}, {"memory", memory.to_json()}});
   const double exposed_pct = total_ms > 0 ? 100.0 * total_exposed_ms / total_ms : 0.0;

@@ -4,6 +4,8 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -11,6 +13,7 @@
 #include "cli/command_line.h"
 #include "executor/launch/external_launch.h"
 #include "executor/launch/launcher.h"
+#include "executor/runtime/gpu_runtime.h"
 #include "executor/train/trainer.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
@@ -51,15 +54,17 @@ Examples:
   # ... and after a crash, the same command with --resume continues bit-exactly.
 
   # Metrics per step and rank, and a timeline of steps 2-4 for Perfetto:
-  mfsdp run gpt.plan.json --nproc-per-node 2 --steps 20 --metrics m.jsonl --trace trace.json
+  mfsdp run gpt.plan.json --nproc-per-node 2 --input-shape 64 --steps 20 --metrics m.jsonl \
+      --trace trace.json
 
   # Two nodes (run on each, node-rank 0 and 1):
   mfsdp run gpt.plan.json --nnodes 2 --node-rank 0 --nproc-per-node 8 \
       --master-addr node0.example --master-port 29500 ...
   # One rank per GPU (--device auto picks the GPUs when every rank has one):
   mfsdp run gpt.plan.json --nproc-per-node 8 --device cuda ...
-  # Under torchrun or srun each process runs as the rank it was given:
-  torchrun --nproc-per-node 8 $(which mfsdp-torch) run gpt.plan.json ...
+  # Under torchrun or srun each process runs as the rank it was given (torchrun starts a
+  # program that is not Python only with --no-python):
+  torchrun --no-python --nproc-per-node 8 $(which mfsdp-torch) run gpt.plan.json ...
 
 Defaults: a plan made with mfsdp plan --training FILE carries training values (steps, lr, ...);
 flags given here win over them.
@@ -69,18 +74,23 @@ Exit codes: 0 ok, 2 bad flags or inputs, 3 model cannot be loaded, 5 cannot writ
 6 a rank failed at run time (collective, rendezvous, checkpoint), or a failed worker's code.
 )";
 
+// "64", "3x32x32" or "3,32,32".
 std::vector<int64_t> parse_shape(const std::string& text) {
   std::vector<int64_t> shape;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, 'x')) {
-    char* end = nullptr;
-    const long long v = std::strtoll(part.c_str(), &end, 10);
-    if (part.empty() || *end != '\0' || v <= 0) {
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find_first_of("x,", begin), text.size());
+    const std::string part = text.substr(begin, end - begin);
+    char* stop = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(part.c_str(), &stop, 10);
+    if (part.empty() || *stop != '\0' || v <= 0 || errno == ERANGE) {
       fail(ExitCode::kUsage, "--input-shape '" + text +
-                                 "' is not a shape; write one sample's sizes like 64 or 3x32x32");
+                                 "' is not a shape; write one sample's sizes like 64, 3x32x32 "
+                                 "or 3,32,32");
     }
     shape.push_back(v);
+    begin = end + 1;
   }
   return shape;
 }
@@ -189,6 +199,40 @@ executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
   return config;
 }
 
+// Launcher flags that no plan can make right (0 would otherwise mean "not given").
+void check_launch_flags(const RunFlags& flags, const CLI::App& cmd) {
+  if (flags.nnodes < 1) {
+    fail(ExitCode::kUsage,
+         "--nnodes " + std::to_string(flags.nnodes) + " is not allowed; give at least 1");
+  }
+  if (cmd.count("--nproc-per-node") > 0 && flags.nproc_per_node < 1) {
+    fail(ExitCode::kUsage, "--nproc-per-node " + std::to_string(flags.nproc_per_node) +
+                               " is not allowed; give at least 1, or leave it out to start "
+                               "the plan's world size / --nnodes");
+  }
+  if (cmd.count("--master-addr") > 0 && flags.master_addr.empty()) {
+    fail(ExitCode::kUsage,
+         "--master-addr is empty; give node 0's host name or address (127.0.0.1 by default)");
+  }
+}
+
+// --device cuda: whether this node's ranks can each use a GPU, asked before any worker
+// starts, with the answer and exit code every rank would give.
+void check_gpus_here(const RunFlags& flags, int world) {
+  for (int local = 0; local < flags.nproc_per_node; ++local) {
+    executor::LaunchEnv env;
+    env.world_size = world;
+    env.local_world_size = flags.nproc_per_node;
+    env.local_rank = local;
+    env.rank = flags.node_rank * flags.nproc_per_node + local;
+    const executor::GpuAvailability gpu = executor::gpu_availability(env);
+    if (!gpu.available) {
+      fail(ExitCode::kRuntime, "rank " + std::to_string(env.rank) + " cannot train on a GPU: " +
+                                   gpu.why_not + "; " + gpu.fix + ", or train with --device cpu");
+    }
+  }
+}
+
 void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   const auto external =
       launch::external_worker_env(launch::current_environment(), flags.master_addr,
@@ -210,6 +254,7 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   }
 
   // The launcher: check what can be checked here, so a bad flag fails once, not per rank.
+  check_launch_flags(flags, cmd);
   const schema::Plan plan = load_plan(flags.plan);
   const int64_t world = plan.mesh.world_size;
   if (flags.nproc_per_node == 0) {
@@ -229,7 +274,9 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
                                "; re-plan with --world-size " + std::to_string(launched) +
                                " or launch " + std::to_string(world));
   }
-  executor::check_train_config(resolve(flags, cmd, plan), static_cast<int>(world));
+  const executor::TrainConfig config = resolve(flags, cmd, plan);
+  executor::check_train_config(config, static_cast<int>(world));
+  if (config.context.device == "cuda") check_gpus_here(flags, static_cast<int>(world));
 
   launch::LaunchOptions options;
   options.argv.push_back(self_executable());
@@ -298,10 +345,10 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
                   "Token ids must be below it (default: the model's first nn.Embedding; 256 for "
                   "text)")
       ->group(data);
-  cmd->add_option(
-         "--input-shape", flags->input_shape,
-         "Synthetic: one sample's input shape, e.g. 64 or 3x32x32 (default: the plan's first "
-         "--trace-input without its batch dimension)")
+  cmd->add_option("--input-shape", flags->input_shape,
+                  "Synthetic: one sample's input shape, e.g. 64, 3x32x32 or 3,32,32 (default: the "
+                  "plan's first "
+                  "--trace-input without its batch dimension)")
       ->group(data);
   cmd->add_option("--input-dtype", flags->input_dtype,
                   "Synthetic: int64 (token ids, default) or float32 (default: the traced input's)")

@@ -23,7 +23,8 @@ constexpr int64_t kMaxElements = int64_t{1} << 40;
 [[noreturn]] void bad_spec(const std::string& spec, const std::string& what) {
   fail(ExitCode::kUsage, "--trace-input '" + spec + "': " + what +
                              "; expected SHAPE[:DTYPE] such as 2x64:int64 or 8x3x32x32 "
-                             "(dimensions >= 1 joined by 'x'; the dtype defaults to float32)");
+                             "(dimensions >= 1 joined by 'x' or ','; the dtype defaults to "
+                             "float32)");
 }
 
 std::string joined(const std::vector<std::string>& items, const std::string& separator) {
@@ -230,7 +231,7 @@ TraceInput parse_trace_input(const std::string& spec) {
   int64_t elements = 1;
   size_t begin = 0;
   for (int d = 1;; ++d) {
-    const size_t end = std::min(shape.find('x', begin), shape.size());
+    const size_t end = std::min(shape.find_first_of("x,", begin), shape.size());
     const std::string dim = shape.substr(begin, end - begin);
     const std::string which = "dimension " + std::to_string(d);
     if (dim.empty()) bad_spec(spec, which + " is empty");

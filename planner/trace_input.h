@@ -18,7 +18,7 @@ struct TraceInput {
 };
 
 // Parses SHAPE[:DTYPE], e.g. "2x64:int64" or "8x3x32x32" (float32): dimensions >= 1 joined by
-// 'x'. Throws Error(kUsage), one line naming the spec and the expected form.
+// 'x' or ',' ("8,3,32,32"). Throws Error(kUsage), one line naming the spec and the expected form.
 TraceInput parse_trace_input(const std::string& spec);
 
 // A unit's forward boundary as the hooks saw it: entering (pre_forward) or leaving

@@ -102,6 +102,8 @@ TEST(TraceInputSpec, ParsesShapeAndDtype) {
   EXPECT_EQ(images.shape, (std::vector<int64_t>{8, 3, 32, 32}));
   EXPECT_EQ(images.dtype, "float32");
   EXPECT_EQ(parse_trace_input("7:bfloat16").shape, std::vector<int64_t>{7});
+  EXPECT_EQ(parse_trace_input("8,3,32,32").shape, (std::vector<int64_t>{8, 3, 32, 32}));
+  EXPECT_EQ(parse_trace_input("2,64:int64").dtype, "int64");
 }
 
 TEST(TraceInputSpec, MalformedSpecsAreUsageErrorsNamingSpecAndForm) {

@@ -78,6 +78,40 @@ TEST(RunInput, CudaWhereARankCannotUseAGpuFailsWithTheReason) {
   EXPECT_EQ(r.exit_code, 6) << r.out << r.err;
   EXPECT_NE(r.err.find("cannot train on a GPU: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(", or train with --device cpu"), std::string::npos) << r.err;
+  // Asked by the launcher before any worker started: one line, from no rank.
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_EQ(r.err.find("[rank"), std::string::npos) << r.err;
+}
+
+TEST(RunInput, NnodesMustBeAtLeastOne) {
+  expect_refused(run({"--nnodes", "0"}), "--nnodes 0 is not allowed; give at least 1");
+}
+
+TEST(RunInput, NprocPerNodeMustBeAtLeastOne) {
+  for (const std::string n : {"0", "-1"}) {
+    expect_refused(run({"--nproc-per-node", n}),
+                   "--nproc-per-node " + n + " is not allowed; give at least 1");
+  }
+}
+
+TEST(RunInput, EmptyMasterAddr) {
+  expect_refused(run({"--master-addr", ""}), "--master-addr is empty");
+}
+
+// Shapes are written 3x32x32 or 3,32,32 alike, in --input-shape and in the plan's
+// --trace-input that synthetic data falls back to.
+TEST(RunInput, ShapesTakeCommasAsWellAsXs) {
+  const std::string plan = temp_path("run_input_comma.plan.json");
+  const RunResult planned =
+      mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
+             "--unit", "<root>", "--trace-input", "2,8:int64", "-o", plan, "-q"});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const RunResult r = mfsdp({"run", plan, "--steps", "1", "--global-batch", "4", "--master-port",
+                             "0", "--collective-timeout", "30"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  expect_refused(run({"--input-shape", "8,0"}),
+                 "--input-shape '8,0' is not a shape; write one sample's sizes like 64, 3x32x32 "
+                 "or 3,32,32");
 }
 
 // The first line names the device: cpu when asked, and what auto chose (with its reason when

@@ -31,12 +31,12 @@ struct PlanFlags {
   std::string scope_file;
   std::string param_dtype;
   std::string reduce_dtype;
-  bool reshard_after_forward = true;
+  bool reshard_after_forward = false, no_reshard_after_forward = false;
   int64_t prefetch = 1;
   int64_t forward_prefetch = 1;
   int64_t backward_prefetch = 1;
   std::string resident_budget;
-  bool unified_stream = false;
+  bool unified_stream = false, no_unified_stream = false;
   int64_t align_bytes = 16;
   std::vector<std::string> trace_inputs;
   std::string training_file;
@@ -246,18 +246,24 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
         flags.param_dtype == "keep" ? std::nullopt : std::optional(flags.param_dtype);
   }
   if (cmd.count("--reduce-dtype")) policy.reduce_dtype = flags.reduce_dtype;
-  if (cmd.count("--reshard-after-forward") || cmd.count("--no-reshard-after-forward")) {
-    policy.reshard_after_forward = flags.reshard_after_forward;
-  }
+  const auto one_of = [](bool yes, bool no, const std::string& name) {
+    if (yes && no) {
+      fail(ExitCode::kUsage,
+           "--" + name + " and --no-" + name + " contradict each other; give one of them");
+    }
+  };
+  one_of(flags.reshard_after_forward, flags.no_reshard_after_forward, "reshard-after-forward");
+  one_of(flags.unified_stream, flags.no_unified_stream, "unified-stream");
+  if (flags.reshard_after_forward) policy.reshard_after_forward = true;
+  if (flags.no_reshard_after_forward) policy.reshard_after_forward = false;
   if (cmd.count("--prefetch")) policy.forward_prefetch = policy.backward_prefetch = flags.prefetch;
   if (cmd.count("--forward-prefetch")) policy.forward_prefetch = flags.forward_prefetch;
   if (cmd.count("--backward-prefetch")) policy.backward_prefetch = flags.backward_prefetch;
   if (cmd.count("--resident-budget")) {
     policy.resident_budget_bytes = parse_bytes(flags.resident_budget, "--resident-budget");
   }
-  if (cmd.count("--unified-stream") || cmd.count("--no-unified-stream")) {
-    policy.unified_stream = flags.unified_stream;
-  }
+  if (flags.unified_stream) policy.unified_stream = true;
+  if (flags.no_unified_stream) policy.unified_stream = false;
   if (cmd.count("--align")) policy.align_bytes = flags.align_bytes;
 
   check_policy_flags(policy);
@@ -327,18 +333,26 @@ void add_plan_command(CLI::App& app) {
                   "float32, float64; 'keep' = as stored; default keep)");
   cmd->add_option("--reduce-dtype", flags->reduce_dtype,
                   "Dtype of gradient reduce-scatter and sharded main grads (default float32)");
-  cmd->add_flag("--reshard-after-forward,!--no-reshard-after-forward", flags->reshard_after_forward,
-                "Free each unit's gathered parameters after its forward (default), or keep them "
-                "until backward: less communication, more memory");
+  // Each switch is a pair of flags, so that a flag can undo a scope file either way.
+  cmd->add_flag("--reshard-after-forward", flags->reshard_after_forward,
+                "Free each unit's gathered parameters after its forward (the default)");
+  cmd->add_flag("--no-reshard-after-forward", flags->no_reshard_after_forward,
+                "Keep each unit gathered from its forward until its backward: fewer "
+                "all-gathers, more memory");
   cmd->add_option("--prefetch", flags->prefetch, "All-gathers to keep in flight ahead (default 1)");
-  cmd->add_option("--forward-prefetch", flags->forward_prefetch, "Prefetch depth in forward");
-  cmd->add_option("--backward-prefetch", flags->backward_prefetch, "Prefetch depth in backward");
+  cmd->add_option("--forward-prefetch", flags->forward_prefetch,
+                  "Prefetch depth in forward (default: --prefetch)");
+  cmd->add_option("--backward-prefetch", flags->backward_prefetch,
+                  "Prefetch depth in backward (default: --prefetch)");
   cmd->add_option("--resident-budget", flags->resident_budget,
                   "Cap on gathered (unsharded) bytes, e.g. 4GiB; prefetch waits to stay under it "
                   "(default: no cap)");
-  cmd->add_flag("--unified-stream,!--no-unified-stream", flags->unified_stream,
-                "Issue all collectives on one stream instead of separate all-gather and "
-                "reduce-scatter streams (default: separate)");
+  cmd->add_flag(
+      "--unified-stream", flags->unified_stream,
+      "Issue all collectives on one stream instead of separate all-gather and reduce-scatter "
+      "streams");
+  cmd->add_flag("--no-unified-stream", flags->no_unified_stream,
+                "Separate all-gather and reduce-scatter streams (the default)");
   cmd->add_option("--align", flags->align_bytes,
                   "Align parameter offsets and shard boundaries to this many bytes (default 16)");
   cmd->add_option("--trace-input", flags->trace_inputs,

@@ -75,9 +75,14 @@ std::string trace_events_json(int rank, const std::vector<TimelineSpan>& spans) 
                       {"args", {{"sort_index", tids[track]}}}});
   }
   for (const auto& s : spans) {
-    nlohmann::json e = {{"ph", "X"},        {"name", s.name},
-                        {"pid", rank},      {"tid", tids[s.track]},
-                        {"ts", s.start_us}, {"dur", std::max<int64_t>(0, s.end_us - s.start_us)}};
+    // The category is the track, so Perfetto can filter compute from each stream.
+    nlohmann::json e = {{"ph", "X"},
+                        {"cat", s.track},
+                        {"name", s.name},
+                        {"pid", rank},
+                        {"tid", tids[s.track]},
+                        {"ts", s.start_us},
+                        {"dur", std::max<int64_t>(0, s.end_us - s.start_us)}};
     if (s.bytes >= 0) e["args"] = {{"bytes", s.bytes}};
     events.push_back(std::move(e));
   }

@@ -137,6 +137,20 @@ TEST(PlanCli, HelpTeachesWithExamples) {
   EXPECT_NE(r.out.find("mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>'"),
             std::string::npos);
   EXPECT_NE(r.out.find("--resident-budget"), std::string::npos);
+  // Each switch's two spellings are two documented flags, not a parser's notation.
+  EXPECT_EQ(r.out.find("{false}"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(",--no-"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--no-reshard-after-forward  Keep each unit gathered"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("--forward-prefetch INT      Prefetch depth in forward (default: "),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(PlanCli, BothSpellingsOfASwitchAreRefused) {
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "<root>",
+                        "--unified-stream", "--no-unified-stream"},
+                       2, "--unified-stream and --no-unified-stream contradict each other");
 }
 
 TEST(PlanCli, FailedPlanLeavesExistingOutputUntouched) {

@@ -344,6 +344,13 @@ TEST(RunCli, TraceShowsEveryRanksComputeAndStreamsWithOverlappingGathers) {
           e.at("args").at("name").get<std::string>();
     }
   }
+  // Every span's category is its track, for Perfetto's filters.
+  const char* const categories[] = {"compute", "all_gather", "reduce_scatter"};
+  for (const auto& e : events) {
+    if (e.at("ph") == "X") {
+      EXPECT_EQ(e.at("cat"), categories[e.at("tid").get<int>()]) << e;
+    }
+  }
   for (int rank : {0, 1}) {
     EXPECT_EQ(track_names[std::make_pair(rank, 0)], "compute");
     EXPECT_EQ(track_names[std::make_pair(rank, 1)], "all_gather stream");

@@ -421,6 +421,10 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
       ->group(outputs);
   cmd->add_option("--log-every", t.log_every, "Print a progress line every N steps (default 10)")
       ->group(outputs);
+  cmd->add_flag("--verbose", t.verbose,
+                "When the model fails on the first batch (exit 2), also print its TorchScript "
+                "traceback")
+      ->group(outputs);
   cmd->callback([flags, cmd, argc, argv] { run(*flags, *cmd, argc, argv); });
 }
 

@@ -16,6 +16,7 @@
 #include "executor/runtime/host_memory.h"
 #include "executor/runtime/timeline.h"
 #include "executor/train/checkpoint.h"
+#include "executor/train/first_batch.h"
 #include "executor/train/loss.h"
 #include "executor/train/memory_report.h"
 #include "schema/error.h"
@@ -278,10 +279,23 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
       Batch batch = data->batch(step, m);
       batch.input = batch.input.to(ctx->device());
       if (batch.target.defined()) batch.target = batch.target.to(ctx->device());
-      const c10::IValue output = ctx->forward(loss.forward_inputs(batch));
-      const at::Tensor value = loss.compute(output, batch) / static_cast<double>(microbatches);
-      ctx->backward(value);
-      record.local_loss += value.item<double>();
+      const auto run_microbatch = [&] {
+        const c10::IValue output = ctx->forward(loss.forward_inputs(batch));
+        const at::Tensor value = loss.compute(output, batch) / static_cast<double>(microbatches);
+        ctx->backward(value);
+        record.local_loss += value.item<double>();
+      };
+      if (step > first_step || m > 0) {
+        run_microbatch();
+        continue;
+      }
+      try {
+        run_microbatch();
+      } catch (const Error&) {
+        throw;  // mfsdp's own checks (the loss's, the executor's) already say what is wrong
+      } catch (const std::exception& e) {
+        fail_on_first_batch(e, ctx->model(), batch.input, config.verbose);
+      }
     }
     if (config.clip_grad_norm) record.grad_norm = ctx->clip_grad_norm(*config.clip_grad_norm);
     const int64_t optimizer_us = Timeline::now_us();

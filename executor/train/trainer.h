@@ -41,6 +41,7 @@ struct TrainConfig {
   int64_t trace_steps = 3;   // traced steps, from the second step on (the first warms up)
   int64_t log_every = 10;
   bool live_progress = false;  // rank 0 redraws one status line ('\r') between log lines
+  bool verbose = false;        // a model error in the first batch also prints its traceback
 
   ContextOptions context;
 

@@ -175,6 +175,32 @@ TEST(RunInput, TokenIdsBeyondTheVocabulary) {
   expect_rank_failure(run({"--data", path, "--seq-len", "8"}), 2, "300");
 }
 
+// The model meets the data in the first batch: what the interpreter refuses there is the
+// data or the flags against the model, a usage error of one line per rank that names the
+// reason, the model's line and limit, and the batch; --verbose adds the traceback.
+TEST(RunInput, SequenceLongerThanThePositionTableIsAUsageError) {
+  const std::vector<std::string> args = {"--data", kRepo + "/examples/tiny_corpus.txt", "--seq-len",
+                                         "100"};
+  const RunResult r = run(args);
+  expect_rank_failure(r, 2,
+                      "mfsdp: error: the model failed on the first batch: index out of range in "
+                      "self, at `x = self.wte(idx) + self.wpe(pos)` (the model's embeddings: wte "
+                      "256 rows, wpe 64 rows); the batch is int64 [2, 100]");
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("Traceback"), std::string::npos) << r.err;
+  std::vector<std::string> verbose = args;
+  verbose.push_back("--verbose");
+  const RunResult v = run(verbose);
+  EXPECT_EQ(v.exit_code, 2) << v.err;
+  EXPECT_NE(v.err.find("Traceback of TorchScript"), std::string::npos) << v.err;
+}
+
+TEST(RunInput, ModelLossOnAOneArgumentForwardIsAUsageError) {
+  expect_rank_failure(run({"--loss", "model"}), 2,
+                      "the model failed on the first batch: Expected at most 2 argument(s) for "
+                      "operator 'forward', but received 3");
+}
+
 // A plan's training section stands in for flags that are not given; flags win.
 TEST(RunInput, PlanTrainingSectionGivesDefaultsAndFlagsWin) {
   const std::string training = temp_path("run_training.json");

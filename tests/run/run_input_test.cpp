@@ -98,17 +98,24 @@ TEST(RunInput, EmptyMasterAddr) {
   expect_refused(run({"--master-addr", ""}), "--master-addr is empty");
 }
 
+// tied_lm planned with --trace-input `spec`, then one step of synthetic data without
+// --input-shape, which takes its shape from the traced input.
+RunResult run_with_traced_input(const std::string& spec, const std::string& name) {
+  const std::string plan = temp_path(name + ".plan.json");
+  const RunResult planned =
+      mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
+             "--unit", "<root>", "--trace-input", spec, "-o", plan, "-q"});
+  EXPECT_EQ(planned.exit_code, 0) << planned.err;
+  return mfsdp({"run", plan, "--steps", "1", "--global-batch", "4", "--master-port", "0",
+                "--collective-timeout", "30"});
+}
+
 // Shapes are written 3x32x32 or 3,32,32 alike, in --input-shape and in the plan's
 // --trace-input that synthetic data falls back to.
 TEST(RunInput, ShapesTakeCommasAsWellAsXs) {
-  const std::string plan = temp_path("run_input_comma.plan.json");
-  const RunResult planned =
-      mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
-             "--unit", "<root>", "--trace-input", "2,8:int64", "-o", plan, "-q"});
-  ASSERT_EQ(planned.exit_code, 0) << planned.err;
-  const RunResult r = mfsdp({"run", plan, "--steps", "1", "--global-batch", "4", "--master-port",
-                             "0", "--collective-timeout", "30"});
+  const RunResult r = run_with_traced_input("2,8:int64", "run_input_comma");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("synthetic int64 [8]"), std::string::npos) << r.out << r.err;
   expect_refused(run({"--input-shape", "8,0"}),
                  "--input-shape '8,0' is not a shape; write one sample's sizes like 64, 3x32x32 "
                  "or 3,32,32");
@@ -239,13 +246,7 @@ TEST(RunInput, StepsAreRequiredWithoutATrainingSection) {
 
 // Synthetic data takes its shape from the plan's traced input when no --input-shape is given.
 TEST(RunInput, SyntheticDataIsShapedLikeThePlansTracedInput) {
-  const std::string plan = temp_path("run_traced.plan.json");
-  const RunResult planned =
-      mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
-             "--unit", "<root>", "--trace-input", "2x8:int64", "-o", plan, "-q"});
-  ASSERT_EQ(planned.exit_code, 0) << planned.err;
-  const RunResult r = mfsdp({"run", plan, "--steps", "1", "--global-batch", "4", "--master-port",
-                             "0", "--collective-timeout", "30"});
+  const RunResult r = run_with_traced_input("2x8:int64", "run_traced");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE((r.out + r.err).find("synthetic int64 [8]"), std::string::npos) << r.out << r.err;
 }

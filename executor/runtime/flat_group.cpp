@@ -3,6 +3,9 @@
 #include <torch/csrc/autograd/function.h>
 
 #include <limits>
+#include <memory>
+#include <type_traits>
+#include <utility>
 
 #include "planner/torch_model.h"
 #include "schema/error.h"
@@ -29,6 +32,17 @@ class GroupAnchorNode : public torch::autograd::Node {
  private:
   FlatGroup* group_;
 };
+
+using NodePtr = decltype(torch::autograd::Edge::function);
+
+template <typename T, typename... Args>
+NodePtr make_node(Args&&... args) {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
+    return std::make_shared<T>(std::forward<Args>(args)...);
+  } else {
+    return c10::make_intrusive<T>(std::forward<Args>(args)...);
+  }
+}
 
 class ParamNode : public torch::autograd::Node {
  public:
@@ -116,7 +130,7 @@ void FlatGroup::bind(GradientHandler on_gradient) {
   written_.assign(group_->params.size(), false);
   anchor_.reset();
   if (on_gradient_) {
-    anchor_ = std::make_shared<GroupAnchorNode>(this);
+    anchor_ = make_node<GroupAnchorNode>(this);
     anchor_->add_input_metadata(at::empty({0}, master_.options()));
   }
 }
@@ -124,7 +138,7 @@ void FlatGroup::bind(GradientHandler on_gradient) {
 at::Tensor FlatGroup::param(size_t p) {
   at::Tensor tensor = param_in_slot(p);
   if (anchor_) {
-    auto node = std::make_shared<ParamNode>(this, p);
+    NodePtr node = make_node<ParamNode>(this, p);
     node->add_next_edge(torch::autograd::Edge(anchor_, 0));
     torch::autograd::create_gradient_edge(tensor, std::move(node));
   }

@@ -10,13 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <torch/csrc/autograd/edge.h>
 #include <torch/script.h>
 
 #include "schema/plan.h"
-
-namespace torch::autograd {
-struct Node;
-}
 
 namespace mfsdp::executor {
 
@@ -75,7 +72,9 @@ class FlatGroup {
   at::Tensor main_grad_;
   at::Tensor staging_;  // master cast to the compute dtype when the two differ
   GradientHandler on_gradient_;
-  std::shared_ptr<torch::autograd::Node> anchor_;  // every parameter node feeds it; it completes
+  // Every parameter node feeds it; it completes. (LibTorch 1.13 holds nodes in shared_ptrs,
+  // newer versions in intrusive_ptrs: whichever an Edge holds.)
+  decltype(torch::autograd::Edge::function) anchor_;
   at::Tensor gradient_;  // the flat gradient being filled, in the compute dtype
   std::vector<bool> written_;
 

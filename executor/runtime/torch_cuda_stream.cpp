@@ -39,10 +39,10 @@ void record_tensor_stream(const at::Tensor& tensor, cudaStream_t stream, int dev
 }
 
 TorchCudaMemory torch_cuda_memory(int device) {
-  using c10::cuda::CUDACachingAllocator::StatType;
   const auto stats =
       c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
-  const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
+  // StatType::AGGREGATE, first in every LibTorch version (the enum moved namespace in 2.x).
+  constexpr size_t aggregate = 0;
   TorchCudaMemory m;
   m.allocated = stats.allocated_bytes[aggregate].current;
   m.peak_allocated = stats.allocated_bytes[aggregate].peak;

@@ -120,8 +120,7 @@ const void* FlatGroup::gather_input() {
 }
 
 at::Tensor FlatGroup::unsharded() const {
-  return torch::from_blob(unsharded_, {group_->padded_numel},
-                          at::TensorOptions().dtype(compute_).device(device_));
+  return torch::from_blob(unsharded_, {group_->padded_numel}, compute_options());
 }
 
 void FlatGroup::bind(GradientHandler on_gradient) {
@@ -145,18 +144,21 @@ at::Tensor FlatGroup::param(size_t p) {
   return tensor;
 }
 
+at::TensorOptions FlatGroup::compute_options() const {
+  return at::TensorOptions().dtype(compute_).device(device_);
+}
+
 // A tensor of its own (not a view) over the parameter's bytes in the slot.
 at::Tensor FlatGroup::param_in_slot(size_t p) const {
   const auto& layout = group_->params[p];
   void* at = static_cast<char*>(unsharded_) + layout.offset * c10::elementSize(compute_);
-  return torch::from_blob(at, layout.shape, at::TensorOptions().dtype(compute_).device(device_));
+  return torch::from_blob(at, layout.shape, compute_options());
 }
 
 void FlatGroup::add_gradient(size_t p, const at::Tensor& grad) {
   if (!grad.defined()) return;
   if (!gradient_.defined()) {
-    gradient_ =
-        at::empty({group_->padded_numel}, at::TensorOptions().dtype(compute_).device(device_));
+    gradient_ = at::empty({group_->padded_numel}, compute_options());
   }
   const auto& layout = group_->params[p];
   at::Tensor region = gradient_.narrow(0, layout.offset, layout.numel).view(layout.shape);
@@ -170,8 +172,7 @@ void FlatGroup::add_gradient(size_t p, const at::Tensor& grad) {
 
 void FlatGroup::complete_gradient() {
   if (!gradient_.defined()) {
-    gradient_ =
-        at::zeros({group_->padded_numel}, at::TensorOptions().dtype(compute_).device(device_));
+    gradient_ = at::zeros({group_->padded_numel}, compute_options());
   } else {
     // Parameters that got no gradient, the alignment gaps and the padding are zero.
     int64_t at = 0;

@@ -78,6 +78,7 @@ class FlatGroup {
   at::Tensor gradient_;  // the flat gradient being filled, in the compute dtype
   std::vector<bool> written_;
 
+  at::TensorOptions compute_options() const;  // the compute dtype on this group's device
   at::Tensor param_in_slot(size_t p) const;
   void add_gradient(size_t p, const at::Tensor& grad);
   void complete_gradient();

@@ -101,10 +101,6 @@ void install() {
   c10::SetCPUAllocator(&counting_allocator, /*priority=*/1);
 }
 
-bool installed() {
-  return is_installed.load();
-}
-
 int64_t tensor_bytes() {
   return live.load(std::memory_order_relaxed);
 }

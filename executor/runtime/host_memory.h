@@ -18,7 +18,6 @@ namespace mfsdp::executor::host_memory {
 // of that size came from its arenas, where freed gradients and activations stayed resident as
 // fragments between steps (~500 MiB per rank at GPT-2 small, bench/README.md).
 void install();
-bool installed();
 constexpr int64_t kMappedBytes = int64_t{1} << 20;
 
 // Bytes of CPU tensors alive now, and the most alive at once since the last reset_peak().

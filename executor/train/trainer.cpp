@@ -382,7 +382,7 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   if (metrics) metrics->write({{"rank", ctx->rank()}, {"memory", memory.to_json()}});
   const double exposed_pct = total_ms > 0 ? 100.0 * total_exposed_ms / total_ms : 0.0;
   std::ostringstream mine;
-  mine << memory.process_peak_rss() << " " << exposed_pct << " " << stats.peak_unsharded_bytes;
+  mine << exposed_pct << " " << stats.peak_unsharded_bytes;
   const std::vector<std::string> ranks = ctx->exchange("run-summary", mine.str());
   const std::vector<std::string> breakdowns = ctx->exchange("memory", memory.to_json().dump());
   if (Timeline* timeline = ctx->timeline()) {
@@ -397,16 +397,21 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   }
   if (!lead || timed == 0) return;
   double exposed_sum = 0;
-  std::string rss;
   int64_t worst_peak = 0;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    std::istringstream in(ranks[r]);
-    int64_t hwm = 0, peak = 0;
+  for (const std::string& rank : ranks) {
+    std::istringstream in(rank);
+    int64_t peak = 0;
     double pct = 0;
-    in >> hwm >> pct >> peak;
+    in >> pct >> peak;
     exposed_sum += pct;
     worst_peak = std::max(worst_peak, peak);
-    rss += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " " + mib(hwm);
+  }
+  std::vector<MemoryBreakdown> all;
+  std::string rss;
+  for (const std::string& b : breakdowns) {
+    all.push_back(MemoryBreakdown::from_json(nlohmann::json::parse(b)));
+    rss += (rss.empty() ? "" : ", ") + std::string("rank ") + std::to_string(all.back().rank) +
+           " " + mib(all.back().process_peak_rss());
   }
   const double mean_ms = total_ms / timed;
   const int64_t planned = ctx->plan().memory.peak_unsharded_bytes;
@@ -417,9 +422,6 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   out << "memory: peak unsharded " << worst_peak << " B measured vs " << planned << " B planned"
       << (worst_peak == planned ? "" : " (differs)") << "; sharded params "
       << stats.sharded_param_bytes << " B per rank; peak RSS " << rss << std::endl;
-  std::vector<MemoryBreakdown> all;
-  for (const std::string& b : breakdowns)
-    all.push_back(MemoryBreakdown::from_json(nlohmann::json::parse(b)));
   out << memory_table(all) << std::flush;
 }
 

@@ -110,6 +110,18 @@ void GlooCommunicator::reduce_scatter(const float* in, float* out, size_t count,
   });
 }
 
+void GlooCommunicator::reduce_scatter(std::vector<FloatPiece> in, float* out, size_t count,
+                                      ReduceOp op, bool accumulate, std::string what) {
+  const size_t total = count * static_cast<size_t>(size()) * sizeof(float);
+  RingReduce how;
+  how.accumulate = accumulate;
+  if (op == ReduceOp::kAvg) how.divisor = static_cast<float>(size());
+  enqueue(std::move(what), total,
+          [context = context_, in = std::move(in), out, count, how, timeout = timeout_] {
+            ring_reduce_scatter(*context, in, out, count, how, timeout);
+          });
+}
+
 void GlooCommunicator::all_reduce(float* data, size_t count, ReduceOp op, std::string what) {
   enqueue(std::move(what), count * sizeof(float),
           [context = context_, data, count, op, timeout = timeout_] {

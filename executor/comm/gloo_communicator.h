@@ -8,8 +8,10 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "executor/comm/communicator.h"
+#include "executor/comm/ring_reduce_scatter.h"
 
 namespace gloo {
 class Context;
@@ -32,6 +34,12 @@ class GlooCommunicator final : public Communicator {
   void all_gather(const void* in, void* out, size_t bytes, std::string what) override;
   void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op,
                       std::string what) override;
+  // reduce_scatter over an input in pieces (ring_reduce_scatter.h), adding the result into
+  // `out` when `accumulate`: a group's parameter gradients reach the main gradient without
+  // a flat copy of the group or a separate output. The pieces must stay alive until the
+  // work has completed.
+  void reduce_scatter(std::vector<FloatPiece> in, float* out, size_t count, ReduceOp op,
+                      bool accumulate, std::string what);
   void all_reduce(float* data, size_t count, ReduceOp op, std::string what) override;
   void broadcast(void* data, size_t bytes, int root, std::string what) override;
 

@@ -209,10 +209,10 @@ std::vector<std::string> Rendezvous::exchange(const std::string& key, const std:
   return impl_->exchange(key, value, "exchange of '" + key + "'");
 }
 
-std::unique_ptr<Communicator> Rendezvous::gloo_communicator(const std::string& name,
-                                                            const std::vector<int>& group,
-                                                            Stream& stream,
-                                                            std::chrono::milliseconds timeout) {
+std::unique_ptr<GlooCommunicator> Rendezvous::gloo_communicator(const std::string& name,
+                                                                const std::vector<int>& group,
+                                                                Stream& stream,
+                                                                std::chrono::milliseconds timeout) {
   const int rank = impl_->env.rank;
   const std::string label = "rank " + std::to_string(rank) + ": communicator '" + name +
                             "' over ranks {" + rank_list(group) + "}";

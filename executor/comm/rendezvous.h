@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "executor/comm/communicator.h"
+#include "executor/comm/gloo_communicator.h"
 
 namespace mfsdp::executor {
 
@@ -66,9 +66,9 @@ class Rendezvous {
   // up to the longer of the two timeouts), so members that share several communicators must
   // create them in the same order. Groups that do not overlap need no common order.
   // Invalid groups and reused names are Error(kInternal).
-  std::unique_ptr<Communicator> gloo_communicator(const std::string& name,
-                                                  const std::vector<int>& group, Stream& stream,
-                                                  std::chrono::milliseconds timeout);
+  std::unique_ptr<GlooCommunicator> gloo_communicator(const std::string& name,
+                                                      const std::vector<int>& group, Stream& stream,
+                                                      std::chrono::milliseconds timeout);
 
  private:
   struct Impl;

@@ -2,11 +2,14 @@
 
 #include <torch/csrc/autograd/engine.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "executor/comm/gloo_communicator.h"
 #include "executor/runtime/cpu_stream.h"
 #include "executor/runtime/flat_group.h"
 #include "executor/runtime/gpu_runtime.h"
@@ -44,7 +47,8 @@ struct UnitRuntime {
   bool bound_this_microbatch = false;
   bool resident = false;  // its slot holds its gathered parameters
   std::shared_ptr<Event> gathered;
-  std::vector<at::Tensor> grads;  // per group, this microbatch
+  // Per group, this microbatch: its parameters' gradients once the group has them all.
+  std::vector<std::optional<std::vector<at::Tensor>>> grads;
   int grads_missing = 0;
   int64_t forward_start_us = 0, backward_start_us = 0;  // for the timeline
 };
@@ -97,6 +101,7 @@ struct Context::Impl : planner::UnitHooks {
   Stream* reduce_stream = nullptr;  // reduce_scatter, or ag_stream under a unified-stream plan
   Communicator *ag_comm = nullptr, *rs_comm = nullptr, *replica_comm = nullptr,
                *control_comm = nullptr;
+  GlooCommunicator* cpu_rs_comm = nullptr;  // rs_comm on the CPU
   std::vector<std::vector<uint8_t>> slots;  // the plan's static buffers, on the CPU
   std::vector<UnitRuntime> units;
   std::unique_ptr<ScheduleCursor> cursor;
@@ -331,15 +336,15 @@ struct Context::Impl : planner::UnitHooks {
       fail(ExitCode::kInternal, "unit " + name(u) + " was bound twice in one microbatch");
     }
     unit.bound_this_microbatch = true;
-    unit.grads.assign(unit.groups.size(), at::Tensor());
+    unit.grads.assign(unit.groups.size(), std::nullopt);
     unit.grads_missing = 0;
     for (size_t g = 0; g < unit.groups.size(); ++g) {
       FlatGroup& group = unit.groups[g];
       FlatGroup::GradientHandler handler;
       if (group.trainable() && !evaluating) {
         ++unit.grads_missing;
-        handler = [this, u, g](const at::Tensor& grad) {
-          on_gradient(u, static_cast<int>(g), grad);
+        handler = [this, u, g](std::vector<at::Tensor>&& grads) {
+          on_gradient(u, static_cast<int>(g), std::move(grads));
         };
       }
       group.bind(std::move(handler));
@@ -352,13 +357,13 @@ struct Context::Impl : planner::UnitHooks {
   }
 
   // --- Gradients ------------------------------------------------------------------------
-  void on_gradient(int u, int g, const at::Tensor& grad) {
+  void on_gradient(int u, int g, std::vector<at::Tensor>&& grads) {
     UnitRuntime& unit = units[u];
-    if (unit.grads[g].defined()) {
+    if (unit.grads[g]) {
       fail(ExitCode::kInternal, "unit " + name(u) + " group " + std::to_string(g) +
                                     " received its gradient twice in one backward");
     }
-    unit.grads[g] = grad;
+    unit.grads[g] = std::move(grads);
     if (--unit.grads_missing > 0) return;
     if (unit.state == UnitState::kBackward) transition(unit.state, UnitState::kResting, name(u));
     if (timeline && unit.backward_start_us) {
@@ -368,32 +373,42 @@ struct Context::Impl : planner::UnitHooks {
     for (int w : rs_order->ready(u)) issue_reduce_scatter(w);
   }
 
+  // On the CPU the ring reads the parameters' gradients where autograd left them (as fp32)
+  // and adds this rank's averaged shard straight into the main gradient: no flat copy of the
+  // group and no output shard beside it.
   void issue_reduce_scatter(int u) {
     if (gpu) return issue_reduce_scatter_on_gpu(u);
     UnitRuntime& unit = units[u];
     for (size_t g = 0; g < unit.groups.size(); ++g) {
       FlatGroup& group = unit.groups[g];
       if (!group.trainable()) continue;
-      const int64_t count = group.layout().shard_numel;
-      at::Tensor input = g < unit.grads.size() && unit.grads[g].defined()
-                             ? unit.grads[g].to(at::kFloat).contiguous()
-                             : at::zeros({group.layout().padded_numel}, at::kFloat);
-      at::Tensor output = at::empty({count}, at::kFloat);
-      const std::string what = "reduce-scatter of " + name(u) + " group " + std::to_string(g);
-      rs_comm->reduce_scatter(input.data_ptr<float>(), output.data_ptr<float>(), count,
-                              ReduceOp::kAvg, what);
+      std::vector<at::Tensor> held;  // what the pieces point into, until the ring is done
+      std::vector<FloatPiece> pieces;
+      if (g < unit.grads.size() && unit.grads[g]) {
+        const std::vector<at::Tensor>& grads = *unit.grads[g];
+        for (size_t p = 0; p < grads.size(); ++p) {
+          if (!grads[p].defined()) continue;
+          const auto& layout = group.layout().params[p];
+          held.push_back(grads[p].to(at::kFloat).contiguous());
+          pieces.push_back({static_cast<size_t>(layout.offset), static_cast<size_t>(layout.numel),
+                            held.back().data_ptr<float>()});
+        }
+        std::sort(pieces.begin(), pieces.end(),
+                  [](const FloatPiece& a, const FloatPiece& b) { return a.offset < b.offset; });
+      }
       at::Tensor main_grad = group.main_grad();
-      reduce_stream->enqueue(
-          [input, output, main_grad]() mutable {
-            main_grad.add_(output.to(main_grad.scalar_type()));
-          },
-          "accumulating " + what);
+      const auto count = static_cast<size_t>(group.layout().shard_numel);
+      const std::string what = "reduce-scatter of " + name(u) + " group " + std::to_string(g);
+      cpu_rs_comm->reduce_scatter(std::move(pieces), main_grad.data_ptr<float>(), count,
+                                  ReduceOp::kAvg, /*accumulate=*/true, what);
+      reduce_stream->enqueue([held = std::move(held)]() mutable { held.clear(); },
+                             "releasing the gradients of " + what);
       if (is_last_microbatch && replica_comm) {
         replica_comm->all_reduce(main_grad.data_ptr<float>(), count, ReduceOp::kAvg,
                                  "all-reduce across replicas of " + name(u));
       }
     }
-    unit.grads.assign(unit.groups.size(), at::Tensor());
+    unit.grads.assign(unit.groups.size(), std::nullopt);
   }
 
   // The same on a GPU, in the reduce dtype: the gradient and the output shard are made on
@@ -408,8 +423,8 @@ struct Context::Impl : planner::UnitHooks {
       if (!group.trainable()) continue;
       at::Tensor main_grad = group.main_grad();
       const at::ScalarType dtype = main_grad.scalar_type();
-      const at::Tensor input = g < unit.grads.size() && unit.grads[g].defined()
-                                   ? unit.grads[g].to(dtype).contiguous()
+      const at::Tensor input = g < unit.grads.size() && unit.grads[g]
+                                   ? group.flat_gradient(*unit.grads[g], on_device(dtype))
                                    : at::zeros({group.layout().padded_numel}, on_device(dtype));
       const at::Tensor output = at::empty({group.layout().shard_numel}, on_device(dtype));
       const std::string what = "reduce-scatter of " + name(u) + " group " + std::to_string(g);
@@ -423,7 +438,7 @@ struct Context::Impl : planner::UnitHooks {
                         "all-reduce across replicas of " + name(u));
       }
     }
-    unit.grads.assign(unit.groups.size(), at::Tensor());
+    unit.grads.assign(unit.groups.size(), std::nullopt);
   }
 
   // The end of backward's wait for the reduce stream: on a GPU the compute stream waits
@@ -644,13 +659,16 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
     impl->control_stream = stream("control");
     Rendezvous& rdv = *impl->rendezvous;
     auto gloo = [&](const std::string& name, const std::vector<int>& group, Stream& on) {
-      impl->owned_communicators.push_back(rdv.gloo_communicator(name, group, on, timeout));
-      return impl->owned_communicators.back().get();
+      std::unique_ptr<GlooCommunicator> comm = rdv.gloo_communicator(name, group, on, timeout);
+      GlooCommunicator* raw = comm.get();
+      impl->owned_communicators.push_back(std::move(comm));
+      return raw;
     };
     impl->ag_comm =
         gloo("all_gather." + std::to_string(impl->replica), shard_group, *impl->ag_stream);
-    impl->rs_comm =
+    impl->cpu_rs_comm =
         gloo("reduce_scatter." + std::to_string(impl->replica), shard_group, *impl->reduce_stream);
+    impl->rs_comm = impl->cpu_rs_comm;
     if (replicas > 1) {
       impl->replica_comm =
           gloo("replicas." + std::to_string(impl->shard_rank), replica_group, *impl->reduce_stream);

@@ -16,10 +16,10 @@ namespace mfsdp::executor {
 // The gathered parameters as outputs of autograd nodes, for autograd's bookkeeping only (the
 // context gathers and reduce-scatters): one node per parameter registration, all feeding one
 // anchor node of the group. The engine runs the anchor after every parameter node of this
-// backward, so the anchor completes the flat gradient. Like AccumulateGrad, both take the
+// backward, so the anchor completes the group's gradient. Like AccumulateGrad, both take the
 // highest sequence number: the engine runs them as soon as a gradient reaches them, instead
 // of after every node made later in forward (all of the unit's own computation, and for the
-// root unit, the whole model), so no parameter gradient waits beside the flat one.
+// root unit, the whole model), so no parameter gradient waits to be summed.
 class GroupAnchorNode : public torch::autograd::Node {
  public:
   explicit GroupAnchorNode(FlatGroup* group)
@@ -49,7 +49,7 @@ class ParamNode : public torch::autograd::Node {
   ParamNode(FlatGroup* group, size_t param)
       : Node(std::numeric_limits<uint64_t>::max()), group_(group), param_(param) {}
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    group_->add_gradient(param_, grads[0]);
+    group_->add_gradient(param_, std::move(grads[0]));
     return {at::Tensor()};  // nothing flows on to the anchor; it only counts
   }
 
@@ -125,8 +125,7 @@ at::Tensor FlatGroup::unsharded() const {
 
 void FlatGroup::bind(GradientHandler on_gradient) {
   on_gradient_ = std::move(on_gradient);
-  gradient_ = at::Tensor();
-  written_.assign(group_->params.size(), false);
+  gradients_.assign(group_->params.size(), at::Tensor());
   anchor_.reset();
   if (on_gradient_) {
     anchor_ = make_node<GroupAnchorNode>(this);
@@ -155,44 +154,58 @@ at::Tensor FlatGroup::param_in_slot(size_t p) const {
   return torch::from_blob(at, layout.shape, compute_options());
 }
 
-void FlatGroup::add_gradient(size_t p, const at::Tensor& grad) {
+// Like AccumulateGrad, a gradient that nothing else refers to (the engine has handed it over)
+// and that is a whole storage of its own is taken as it is, whatever its strides (a linear
+// layer's weight gradient often comes transposed): no copy while backward holds activations.
+bool FlatGroup::can_keep(const at::Tensor& grad) const {
+  return grad.use_count() == 1 && !grad.requires_grad() && grad.scalar_type() == compute_ &&
+         grad.device() == device_ && grad.is_non_overlapping_and_dense() &&
+         grad.storage_offset() == 0 && grad.storage().nbytes() == grad.nbytes();
+}
+
+void FlatGroup::add_gradient(size_t p, at::Tensor&& grad) {
   if (!grad.defined()) return;
-  if (!gradient_.defined()) {
-    gradient_ = at::empty({group_->padded_numel}, compute_options());
-  }
-  const auto& layout = group_->params[p];
-  at::Tensor region = gradient_.narrow(0, layout.offset, layout.numel).view(layout.shape);
-  if (written_[p]) {
-    region.add_(grad);
+  at::Tensor& sum = gradients_[p];
+  if (!sum.defined()) {
+    if (can_keep(grad)) {
+      sum = std::move(grad);
+    } else {
+      sum = at::empty(group_->params[p].shape, compute_options());
+      sum.copy_(grad);
+    }
+  } else if (!sum.is_contiguous() && grad.is_contiguous() && can_keep(grad)) {
+    grad.add_(sum);  // the sum ends up contiguous, without a copy for the reduce-scatter
+    sum = std::move(grad);
   } else {
-    region.copy_(grad);
-    written_[p] = true;
+    sum.add_(grad);
   }
 }
 
+// The reduce-scatter reads each gradient as flat floats: one made contiguous at a time.
 void FlatGroup::complete_gradient() {
-  if (!gradient_.defined()) {
-    gradient_ = at::zeros({group_->padded_numel}, compute_options());
-  } else {
-    // Parameters that got no gradient, the alignment gaps and the padding are zero.
-    int64_t at = 0;
-    for (size_t p = 0; p < group_->params.size(); ++p) {
-      const auto& layout = group_->params[p];
-      if (layout.offset > at) gradient_.narrow(0, at, layout.offset - at).zero_();
-      if (!written_[p]) gradient_.narrow(0, layout.offset, layout.numel).zero_();
-      at = layout.offset + layout.numel;
-    }
-    if (group_->padded_numel > at) gradient_.narrow(0, at, group_->padded_numel - at).zero_();
+  std::vector<at::Tensor> gradients = std::move(gradients_);
+  gradients_.assign(group_->params.size(), at::Tensor());
+  for (at::Tensor& g : gradients) {
+    if (g.defined() && !g.is_contiguous()) g = g.contiguous();
   }
-  at::Tensor flat = std::move(gradient_);
-  gradient_ = at::Tensor();
-  if (on_gradient_) on_gradient_(flat);
+  if (on_gradient_) on_gradient_(std::move(gradients));
+}
+
+at::Tensor FlatGroup::flat_gradient(const std::vector<at::Tensor>& param_gradients,
+                                    const at::TensorOptions& options) const {
+  at::Tensor flat = at::zeros({group_->padded_numel}, options);
+  for (size_t p = 0; p < param_gradients.size() && p < group_->params.size(); ++p) {
+    if (!param_gradients[p].defined()) continue;
+    const auto& layout = group_->params[p];
+    flat.narrow(0, layout.offset, layout.numel).view(layout.shape).copy_(param_gradients[p]);
+  }
+  return flat;
 }
 
 void FlatGroup::release() {
   on_gradient_ = nullptr;
   anchor_.reset();
-  gradient_ = at::Tensor();
+  gradients_.clear();
 }
 
 }  // namespace mfsdp::executor

@@ -1,8 +1,8 @@
 #pragma once
 // One (dtype, requires_grad) group of a unit at run time: the rank's sharded master slice,
 // its sharded main gradient, and the unsharded flat buffer that lives in the unit's slot.
-// Parameters are views into one flat tensor over that buffer, so gradients of all of the
-// group's parameters arrive as one flat tensor.
+// Parameters are tensors over that buffer; their gradients arrive per parameter, and the
+// reduce-scatter reads them where they lie as the pieces of one flat gradient.
 
 #include <cstdint>
 #include <functional>
@@ -49,16 +49,21 @@ class FlatGroup {
   // Binding the gathered parameters for one forward. bind() starts it; param() then gives a
   // tensor over parameter `p`'s bytes in the slot, a new one for every registration of the
   // parameter (tied weights have several). Without `on_gradient` (frozen groups, grad mode
-  // off) these are plain tensors. With it, each is the output of its own autograd node:
-  // backward adds each registration's gradient into one flat gradient of
-  // the group as it arrives and frees it, and once every node that ran has done so hands
-  // the flat gradient to `on_gradient`. Neither autograd's sum of a tied weight's gradients
-  // nor a concatenation of the parameters' gradients is ever materialised next to it, and
-  // nothing is accumulated into a leaf's .grad.
-  using GradientHandler = std::function<void(const at::Tensor& flat_gradient)>;
+  // off) these are plain tensors. With it, each is the output of its own autograd node, and
+  // once every node that ran in backward has, `on_gradient` gets the group's gradient: per
+  // parameter (layout order) the sum of its registrations' gradients, contiguous, in the
+  // compute dtype; undefined where none arrived. The first gradient of a parameter is kept
+  // as autograd made it when nothing else refers to it; later ones are added to it. No
+  // flat copy of the group, no autograd sum of a tied weight's uses and no leaf's .grad is
+  // ever materialised beside them.
+  using GradientHandler = std::function<void(std::vector<at::Tensor>&& param_gradients)>;
   void bind(GradientHandler on_gradient = {});
   at::Tensor param(size_t p);
   void release();
+  // A group's gradient as on_gradient gets it, as one flat tensor of padded_numel elements in
+  // `options` (zeros between and where no gradient arrived), for collectives that need one.
+  at::Tensor flat_gradient(const std::vector<at::Tensor>& param_gradients,
+                           const at::TensorOptions& options) const;
 
  private:
   const schema::Group* group_;
@@ -75,12 +80,12 @@ class FlatGroup {
   // Every parameter node feeds it; it completes. (LibTorch 1.13 holds nodes in shared_ptrs,
   // newer versions in intrusive_ptrs: whichever an Edge holds.)
   decltype(torch::autograd::Edge::function) anchor_;
-  at::Tensor gradient_;  // the flat gradient being filled, in the compute dtype
-  std::vector<bool> written_;
+  std::vector<at::Tensor> gradients_;  // per parameter, being summed in this backward
 
   at::TensorOptions compute_options() const;  // the compute dtype on this group's device
   at::Tensor param_in_slot(size_t p) const;
-  void add_gradient(size_t p, const at::Tensor& grad);
+  bool can_keep(const at::Tensor& grad) const;
+  void add_gradient(size_t p, at::Tensor&& grad);
   void complete_gradient();
   friend class GroupAnchorNode;
   friend class ParamNode;

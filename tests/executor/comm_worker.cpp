@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +23,8 @@
 namespace {
 
 using mfsdp::executor::Communicator;
+using mfsdp::executor::FloatPiece;
+using mfsdp::executor::GlooCommunicator;
 using mfsdp::executor::ReduceOp;
 using mfsdp::executor::Rendezvous;
 using mfsdp::executor::Stream;
@@ -104,7 +107,7 @@ int collectives(Rendezvous& rendezvous, std::chrono::milliseconds timeout) {
   for (int r = 0; r < world; ++r) check.expect(names[r] == "rank" + std::to_string(r), "exchange");
 
   auto stream = mfsdp::executor::make_cpu_stream("collectives");
-  std::unique_ptr<Communicator> comm =
+  std::unique_ptr<GlooCommunicator> comm =
       rendezvous.gloo_communicator("world", iota(world), *stream, timeout);
   check.expect(comm->rank() == rank && comm->size() == world, "group rank and size");
 
@@ -155,7 +158,56 @@ int collectives(Rendezvous& rendezvous, std::chrono::milliseconds timeout) {
     }
     rounds.push_back(std::move(round));
   }
+
+  // Reduce-scatters over an input in pieces, as gradients arrive: three pieces with a gap of
+  // zeros between the first two, summed into a fresh output or averaged into one holding 1s.
+  // The largest count spans several of the ring's slices.
+  struct PieceRound {
+    size_t count, gap_begin, gap_end;
+    std::vector<std::vector<float>> pieces;
+    std::vector<float> summed, accumulated;
+  };
+  std::vector<std::unique_ptr<PieceRound>> piece_rounds;
+  for (size_t count : {size_t{1}, size_t{7}, size_t{1000}, (size_t{1} << 20) + 3}) {
+    auto round = std::make_unique<PieceRound>();
+    PieceRound& b = *round;
+    b.count = count;
+    const size_t total = world * count;
+    const size_t cut = total / 3;
+    b.gap_begin = std::min(total, cut + 1);
+    b.gap_end = std::min(total, cut + 4);
+    const size_t bounds[][2] = {
+        {0, b.gap_begin}, {b.gap_end, (b.gap_end + total) / 2}, {(b.gap_end + total) / 2, total}};
+    std::vector<FloatPiece> in;
+    for (const auto& bound : bounds) {
+      if (bound[0] >= bound[1]) continue;
+      b.pieces.push_back(rank_data(rank, bound[1] - bound[0], bound[0]));
+      in.push_back({bound[0], bound[1] - bound[0], b.pieces.back().data()});
+    }
+    b.summed.assign(count, -1.0f);
+    b.accumulated.assign(count, 1.0f);
+    const std::string at = " of " + std::to_string(count);
+    comm->reduce_scatter(in, b.summed.data(), count, ReduceOp::kSum, false,
+                         "reduce-scatter of pieces (sum)" + at);
+    comm->reduce_scatter(in, b.accumulated.data(), count, ReduceOp::kAvg, true,
+                         "reduce-scatter of pieces (avg, accumulated)" + at);
+    piece_rounds.push_back(std::move(round));
+  }
   stream->synchronize();
+
+  for (const auto& round : piece_rounds) {
+    const PieceRound& b = *round;
+    const size_t count = b.count, offset = rank * count;
+    const std::string at = " of " + std::to_string(count);
+    std::vector<float> sum = expected_sum(iota(world), count, offset, ReduceOp::kSum);
+    for (size_t i = 0; i < count; ++i) {
+      if (offset + i >= b.gap_begin && offset + i < b.gap_end) sum[i] = 0.0f;
+    }
+    std::vector<float> accumulated(count);
+    for (size_t i = 0; i < count; ++i) accumulated[i] = 1.0f + sum[i] / static_cast<float>(world);
+    check.expect(b.summed, sum, "reduce-scatter of pieces (sum)" + at);
+    check.expect(b.accumulated, accumulated, "reduce-scatter of pieces (avg, accumulated)" + at);
+  }
 
   for (const auto& round : rounds) {
     const Round& b = *round;

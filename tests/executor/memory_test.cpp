@@ -1,5 +1,5 @@
 // Memory beyond the plan's buffers (docs/run.md, "Memory"): the counting allocator, a group's
-// flat gradient reaching its handler without autograd keeping a copy, and a context that,
+// gradients reaching their handler without flat or autograd copies, and a context that,
 // once the model is sharded, holds no copy of the model's full parameters.
 #include <gtest/gtest.h>
 
@@ -59,14 +59,14 @@ schema::Unit one_big_unit() {
   return scope.finalize().units.at(0);
 }
 
-TEST(FlatGroupGradient, ArrivesOnceWithoutCopiesOfTiedOrConcatenatedGradients) {
+TEST(FlatGroupGradient, ArrivesOnceAsPerParameterSumsWithoutFlatOrTiedCopies) {
   host_memory::install();
   const schema::Unit unit = one_big_unit();
   const schema::Group& layout = unit.groups.at(0);
   std::vector<float> slot(static_cast<size_t>(layout.padded_numel), 1.0f);
   FlatGroup group(layout, schema::Policy{}, 0, slot.data());
-  std::vector<at::Tensor> received;
-  group.bind([&](const at::Tensor& grad) { received.push_back(grad); });
+  std::vector<std::vector<at::Tensor>> received;
+  group.bind([&](std::vector<at::Tensor>&& grads) { received.push_back(std::move(grads)); });
   // The weight is used twice through two registrations (a tied weight), the bias once.
   const at::Tensor loss =
       (group.param(0) * 2).sum() + (group.param(0) * 5).sum() + (group.param(1) * 3).sum();
@@ -75,19 +75,50 @@ TEST(FlatGroupGradient, ArrivesOnceWithoutCopiesOfTiedOrConcatenatedGradients) {
   host_memory::reset_peak();
   loss.backward();
   ASSERT_EQ(received.size(), 1u);
-  const at::Tensor& flat = received[0];
+  ASSERT_EQ(received[0].size(), 2u);
+  const at::Tensor& w = received[0][0];
+  const at::Tensor& b = received[0][1];
+  ASSERT_EQ(w.sizes(), at::IntArrayRef(layout.params[0].shape));
+  EXPECT_TRUE(w.eq(7).all().item<bool>());
+  EXPECT_TRUE(b.eq(3).all().item<bool>());
+  // The handler's gradients are the only ones alive: no flat copy of the group, nothing
+  // accumulated into the master's (or any leaf's) .grad.
+  EXPECT_FALSE(group.master().grad().defined());
+  EXPECT_EQ(host_memory::tensor_bytes() - before, (w.numel() + b.numel()) * 4);
+  // Beside the weight's sum, at most the second use's gradient being added: autograd never
+  // sums the two uses out of place, and no flat gradient is made.
+  EXPECT_LE(host_memory::peak_tensor_bytes() - before, (2 * w.numel() + b.numel()) * 4 + kMiB);
+  group.release();
+}
+
+// A gradient that autograd hands over whole is kept as it is, not copied: the weight's
+// gradient costs its own bytes once, never twice.
+TEST(FlatGroupGradient, KeepsAutogradsOwnGradientWithoutACopy) {
+  host_memory::install();
+  const schema::Unit unit = one_big_unit();
+  const schema::Group& layout = unit.groups.at(0);
+  std::vector<float> slot(static_cast<size_t>(layout.padded_numel), 1.0f);
+  FlatGroup group(layout, schema::Policy{}, 0, slot.data());
+  std::vector<at::Tensor> received;
+  group.bind([&](std::vector<at::Tensor>&& grads) { received = std::move(grads); });
+  const at::Tensor loss = (group.param(0) * 2).sum();
+
+  const int64_t before = host_memory::tensor_bytes();
+  host_memory::reset_peak();
+  loss.backward();
+  ASSERT_EQ(received.size(), 2u);
+  EXPECT_TRUE(received[0].eq(2).all().item<bool>());
+  EXPECT_FALSE(received[1].defined());  // the bias took no part
+  const int64_t weight_bytes = received[0].numel() * 4;
+  EXPECT_EQ(host_memory::tensor_bytes() - before, weight_bytes);
+  // A copy would have held two at once.
+  EXPECT_LT(host_memory::peak_tensor_bytes() - before, weight_bytes + weight_bytes / 2);
+  // As one flat tensor (what NCCL reads): zeros wherever no gradient arrived.
+  const at::Tensor flat = group.flat_gradient(received, at::TensorOptions().dtype(at::kFloat));
   ASSERT_EQ(flat.numel(), layout.padded_numel);
   const auto& w = layout.params[0];
-  const auto& b = layout.params[1];
-  EXPECT_TRUE(flat.narrow(0, w.offset, w.numel).eq(7).all().item<bool>());
-  EXPECT_TRUE(flat.narrow(0, b.offset, b.numel).eq(3).all().item<bool>());
-  // The handler's gradient is the only one alive: none accumulated into the master's (or
-  // any leaf's) .grad, which would be a second unsharded copy.
-  EXPECT_FALSE(group.master().grad().defined());
-  EXPECT_EQ(host_memory::tensor_bytes() - before, flat.numel() * 4);
-  // At most one registration's gradient exists beside the flat one at any time: autograd
-  // never sums the two uses of the weight, and nothing concatenates the parameters.
-  EXPECT_LE(host_memory::peak_tensor_bytes() - before, flat.numel() * 4 + w.numel * 4 + kMiB);
+  EXPECT_TRUE(flat.narrow(0, w.offset, w.numel).eq(2).all().item<bool>());
+  EXPECT_EQ(flat.sum().item<double>(), 2.0 * static_cast<double>(w.numel));
   group.release();
 }
 

@@ -341,13 +341,17 @@ struct Context::Impl : planner::UnitHooks {
     for (size_t g = 0; g < unit.groups.size(); ++g) {
       FlatGroup& group = unit.groups[g];
       FlatGroup::GradientHandler handler;
+      FlatGroup::EarlyGradientHandler early;
       if (group.trainable() && !evaluating) {
         ++unit.grads_missing;
         handler = [this, u, g](std::vector<at::Tensor>&& grads) {
           on_gradient(u, static_cast<int>(g), std::move(grads));
         };
+        early = [this, u, g](size_t p, at::Tensor&& gradient) {
+          on_early_gradient(u, static_cast<int>(g), p, std::move(gradient));
+        };
       }
-      group.bind(std::move(handler));
+      group.bind(std::move(handler), std::move(early));
       for (size_t p = 0; p < unit.places[g].size(); ++p) {
         for (const ParamSlot& place : unit.places[g][p])
           place.owner->setSlot(place.slot, group.param(p));
@@ -373,72 +377,82 @@ struct Context::Impl : planner::UnitHooks {
     for (int w : rs_order->ready(u)) issue_reduce_scatter(w);
   }
 
-  // On the CPU the ring reads the parameters' gradients where autograd left them (as fp32)
-  // and adds this rank's averaged shard straight into the main gradient: no flat copy of the
-  // group and no output shard beside it.
   void issue_reduce_scatter(int u) {
-    if (gpu) return issue_reduce_scatter_on_gpu(u);
     UnitRuntime& unit = units[u];
     for (size_t g = 0; g < unit.groups.size(); ++g) {
       FlatGroup& group = unit.groups[g];
       if (!group.trainable()) continue;
-      std::vector<at::Tensor> held;  // what the pieces point into, until the ring is done
-      std::vector<FloatPiece> pieces;
-      if (g < unit.grads.size() && unit.grads[g]) {
-        const std::vector<at::Tensor>& grads = *unit.grads[g];
-        for (size_t p = 0; p < grads.size(); ++p) {
-          if (!grads[p].defined()) continue;
-          const auto& layout = group.layout().params[p];
-          held.push_back(grads[p].to(at::kFloat).contiguous());
-          pieces.push_back({static_cast<size_t>(layout.offset), static_cast<size_t>(layout.numel),
-                            held.back().data_ptr<float>()});
-        }
-        std::sort(pieces.begin(), pieces.end(),
-                  [](const FloatPiece& a, const FloatPiece& b) { return a.offset < b.offset; });
-      }
-      at::Tensor main_grad = group.main_grad();
-      const auto count = static_cast<size_t>(group.layout().shard_numel);
-      const std::string what = "reduce-scatter of " + name(u) + " group " + std::to_string(g);
-      cpu_rs_comm->reduce_scatter(std::move(pieces), main_grad.data_ptr<float>(), count,
-                                  ReduceOp::kAvg, /*accumulate=*/true, what);
-      reduce_stream->enqueue([held = std::move(held)]() mutable { held.clear(); },
-                             "releasing the gradients of " + what);
+      const std::vector<at::Tensor> none;
+      const bool arrived = g < unit.grads.size() && unit.grads[g];
+      reduce_scatter_group(group, arrived ? *unit.grads[g] : none,
+                           "reduce-scatter of " + name(u) + " group " + std::to_string(g));
       if (is_last_microbatch && replica_comm) {
-        replica_comm->all_reduce(main_grad.data_ptr<float>(), count, ReduceOp::kAvg,
-                                 "all-reduce across replicas of " + name(u));
+        const std::string what = "all-reduce across replicas of " + name(u);
+        if (gpu) {
+          gpu->all_reduce(*replica_comm, group.main_grad(), ReduceOp::kAvg, what);
+        } else {
+          replica_comm->all_reduce(group.main_grad().data_ptr<float>(),
+                                   static_cast<size_t>(group.layout().shard_numel),
+                                   ReduceOp::kAvg, what);
+        }
       }
     }
     unit.grads.assign(unit.groups.size(), std::nullopt);
   }
 
-  // The same on a GPU, in the reduce dtype: the gradient and the output shard are made on
-  // compute, the reduce stream waits for them, reduce-scatters and accumulates into the main
-  // gradient with LibTorch's kernels on its own stream, so backward goes on meanwhile. The
-  // allocator learns that the temporaries are in use there.
-  void issue_reduce_scatter_on_gpu(int u) {
-    UnitRuntime& unit = units[u];
-    Stream& stream = *reduce_stream;
-    for (size_t g = 0; g < unit.groups.size(); ++g) {
-      FlatGroup& group = unit.groups[g];
-      if (!group.trainable()) continue;
-      at::Tensor main_grad = group.main_grad();
-      const at::ScalarType dtype = main_grad.scalar_type();
-      const at::Tensor input = g < unit.grads.size() && unit.grads[g]
-                                   ? group.flat_gradient(*unit.grads[g], on_device(dtype))
-                                   : at::zeros({group.layout().padded_numel}, on_device(dtype));
-      const at::Tensor output = at::empty({group.layout().shard_numel}, on_device(dtype));
-      const std::string what = "reduce-scatter of " + name(u) + " group " + std::to_string(g);
-      after_compute(stream);
-      gpu->reduce_scatter(*rs_comm, input, output, ReduceOp::kAvg, what);
-      gpu->record_on(input, stream);
-      gpu->record_on(output, stream);
-      gpu->run_on(stream, [&] { main_grad.add_(output); });
-      if (is_last_microbatch && replica_comm) {
-        gpu->all_reduce(*replica_comm, main_grad, ReduceOp::kAvg,
-                        "all-reduce across replicas of " + name(u));
-      }
+  // A tied parameter's gradient from its uses so far, while more are to come (FlatGroup's
+  // early handler): reduce-scattered into the main gradient now instead of waiting beside
+  // the next use's gradient. The unit's own reduce-scatter adds the rest.
+  void on_early_gradient(int u, int g, size_t p, at::Tensor&& gradient) {
+    FlatGroup& group = units[u].groups[g];
+    std::vector<at::Tensor> grads(group.layout().params.size());
+    grads[p] = std::move(gradient);
+    reduce_scatter_group(group, grads,
+                         "reduce-scatter of " + name(u) + " group " + std::to_string(g) +
+                             " (early, for tied " + group.layout().params[p].name + ")");
+  }
+
+  // Averages `grads` (per parameter of the group, undefined: zero) over the shard group and
+  // adds this rank's shard into the group's main gradient, on the reduce stream.
+  void reduce_scatter_group(FlatGroup& group, const std::vector<at::Tensor>& grads,
+                            const std::string& what) {
+    if (gpu) return reduce_scatter_group_on_gpu(group, grads, what);
+    // On the CPU the ring reads the gradients where autograd left them (as fp32) and adds
+    // straight into the main gradient: no flat copy of the group, no output shard.
+    std::vector<at::Tensor> held;  // what the pieces point into, until the ring is done
+    std::vector<FloatPiece> pieces;
+    for (size_t p = 0; p < grads.size(); ++p) {
+      if (!grads[p].defined()) continue;
+      const auto& layout = group.layout().params[p];
+      held.push_back(grads[p].to(at::kFloat).contiguous());
+      pieces.push_back({static_cast<size_t>(layout.offset), static_cast<size_t>(layout.numel),
+                        held.back().data_ptr<float>()});
     }
-    unit.grads.assign(unit.groups.size(), std::nullopt);
+    std::sort(pieces.begin(), pieces.end(),
+              [](const FloatPiece& a, const FloatPiece& b) { return a.offset < b.offset; });
+    cpu_rs_comm->reduce_scatter(std::move(pieces), group.main_grad().data_ptr<float>(),
+                                static_cast<size_t>(group.layout().shard_numel), ReduceOp::kAvg,
+                                /*accumulate=*/true, what);
+    reduce_stream->enqueue([held = std::move(held)]() mutable { held.clear(); },
+                           "releasing the gradients of " + what);
+  }
+
+  // The same on a GPU, in the reduce dtype: the flat gradient and the output shard are made
+  // on compute, the reduce stream waits for them, reduce-scatters and accumulates into the
+  // main gradient with LibTorch's kernels on its own stream, so backward goes on meanwhile.
+  // The allocator learns that the temporaries are in use there.
+  void reduce_scatter_group_on_gpu(FlatGroup& group, const std::vector<at::Tensor>& grads,
+                                   const std::string& what) {
+    Stream& stream = *reduce_stream;
+    at::Tensor main_grad = group.main_grad();
+    const at::ScalarType dtype = main_grad.scalar_type();
+    const at::Tensor input = group.flat_gradient(grads, on_device(dtype));
+    const at::Tensor output = at::empty({group.layout().shard_numel}, on_device(dtype));
+    after_compute(stream);
+    gpu->reduce_scatter(*rs_comm, input, output, ReduceOp::kAvg, what);
+    gpu->record_on(input, stream);
+    gpu->record_on(output, stream);
+    gpu->run_on(stream, [&] { main_grad.add_(output); });
   }
 
   // The end of backward's wait for the reduce stream: on a GPU the compute stream waits

@@ -123,9 +123,11 @@ at::Tensor FlatGroup::unsharded() const {
   return torch::from_blob(unsharded_, {group_->padded_numel}, compute_options());
 }
 
-void FlatGroup::bind(GradientHandler on_gradient) {
+void FlatGroup::bind(GradientHandler on_gradient, EarlyGradientHandler early) {
   on_gradient_ = std::move(on_gradient);
+  on_early_ = on_gradient_ ? std::move(early) : EarlyGradientHandler();
   gradients_.assign(group_->params.size(), at::Tensor());
+  pending_.assign(group_->params.size(), 0);
   anchor_.reset();
   if (on_gradient_) {
     anchor_ = make_node<GroupAnchorNode>(this);
@@ -136,6 +138,7 @@ void FlatGroup::bind(GradientHandler on_gradient) {
 at::Tensor FlatGroup::param(size_t p) {
   at::Tensor tensor = param_in_slot(p);
   if (anchor_) {
+    ++pending_[p];
     NodePtr node = make_node<ParamNode>(this, p);
     node->add_next_edge(torch::autograd::Edge(anchor_, 0));
     torch::autograd::create_gradient_edge(tensor, std::move(node));
@@ -164,6 +167,7 @@ bool FlatGroup::can_keep(const at::Tensor& grad) const {
 }
 
 void FlatGroup::add_gradient(size_t p, at::Tensor&& grad) {
+  --pending_[p];
   if (!grad.defined()) return;
   at::Tensor& sum = gradients_[p];
   if (!sum.defined()) {
@@ -178,6 +182,12 @@ void FlatGroup::add_gradient(size_t p, at::Tensor&& grad) {
     sum = std::move(grad);
   } else {
     sum.add_(grad);
+  }
+  // A transposed sum would need a copy now, while activations are alive: it waits instead.
+  if (pending_[p] > 0 && on_early_ && sum.is_contiguous() &&
+      2 * group_->params[p].numel >= group_->padded_numel) {
+    on_early_(p, std::move(sum));
+    sum = at::Tensor();
   }
 }
 
@@ -204,6 +214,7 @@ at::Tensor FlatGroup::flat_gradient(const std::vector<at::Tensor>& param_gradien
 
 void FlatGroup::release() {
   on_gradient_ = nullptr;
+  on_early_ = nullptr;
   anchor_.reset();
   gradients_.clear();
 }

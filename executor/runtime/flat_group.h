@@ -56,8 +56,16 @@ class FlatGroup {
   // as autograd made it when nothing else refers to it; later ones are added to it. No
   // flat copy of the group, no autograd sum of a tied weight's uses and no leaf's .grad is
   // ever materialised beside them.
+  //
+  // With `early`, a parameter registered more than once (a tied weight) whose gradient so
+  // far is at least half of the group is handed to `early` (contiguous, compute dtype) as
+  // soon as it is summed while further uses are still to deliver theirs, instead of waiting
+  // beside the next use's gradient; on_gradient then gets only what arrived after it. The
+  // caller reduce-scatters it at once: at most twice the group's traffic, to free as many
+  // bytes as the parameter has for the rest of backward.
   using GradientHandler = std::function<void(std::vector<at::Tensor>&& param_gradients)>;
-  void bind(GradientHandler on_gradient = {});
+  using EarlyGradientHandler = std::function<void(size_t p, at::Tensor&& gradient)>;
+  void bind(GradientHandler on_gradient = {}, EarlyGradientHandler early = {});
   at::Tensor param(size_t p);
   void release();
   // A group's gradient as on_gradient gets it, as one flat tensor of padded_numel elements in
@@ -77,10 +85,12 @@ class FlatGroup {
   at::Tensor main_grad_;
   at::Tensor staging_;  // master cast to the compute dtype when the two differ
   GradientHandler on_gradient_;
+  EarlyGradientHandler on_early_;
   // Every parameter node feeds it; it completes. (LibTorch 1.13 holds nodes in shared_ptrs,
   // newer versions in intrusive_ptrs: whichever an Edge holds.)
   decltype(torch::autograd::Edge::function) anchor_;
   std::vector<at::Tensor> gradients_;  // per parameter, being summed in this backward
+  std::vector<int> pending_;           // per parameter, registrations yet to deliver
 
   at::TensorOptions compute_options() const;  // the compute dtype on this group's device
   at::Tensor param_in_slot(size_t p) const;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,58 @@ TEST(FlatGroupGradient, KeepsAutogradsOwnGradientWithoutACopy) {
   const auto& w = layout.params[0];
   EXPECT_TRUE(flat.narrow(0, w.offset, w.numel).eq(2).all().item<bool>());
   EXPECT_EQ(flat.sum().item<double>(), 2.0 * static_cast<double>(w.numel));
+  group.release();
+}
+
+// A tied weight's gradient goes to the early handler as soon as its first use is summed, so
+// the second use's gradient never waits beside it; the group's gradient then holds the rest.
+TEST(FlatGroupGradient, HandsATiedWeightsFirstUsesOverEarly) {
+  host_memory::install();
+  const schema::Unit unit = one_big_unit();
+  const schema::Group& layout = unit.groups.at(0);
+  std::vector<float> slot(static_cast<size_t>(layout.padded_numel), 1.0f);
+  FlatGroup group(layout, schema::Policy{}, 0, slot.data());
+  std::vector<std::vector<at::Tensor>> received;
+  std::vector<std::pair<size_t, double>> early;  // parameter, value of each element
+  group.bind([&](std::vector<at::Tensor>&& grads) { received.push_back(std::move(grads)); },
+             [&](size_t p, at::Tensor&& gradient) {
+               ASSERT_TRUE(gradient.is_contiguous());
+               const double first = gradient.reshape({-1})[0].item<double>();
+               EXPECT_TRUE(gradient.eq(first).all().item<bool>());
+               early.emplace_back(p, first);
+             });
+  const at::Tensor loss =
+      (group.param(0) * 2).sum() + (group.param(0) * 5).sum() + (group.param(1) * 3).sum();
+
+  const int64_t before = host_memory::tensor_bytes();
+  host_memory::reset_peak();
+  loss.backward();
+  ASSERT_EQ(early.size(), 1u);
+  EXPECT_EQ(early[0].first, 0u);
+  ASSERT_EQ(received.size(), 1u);
+  const at::Tensor& w = received[0][0];
+  ASSERT_TRUE(w.defined());
+  // The two uses' gradients, 2 and 5, in whichever order autograd ran them.
+  EXPECT_TRUE(w.eq(7 - early[0].second).all().item<bool>());
+  EXPECT_TRUE(early[0].second == 2 || early[0].second == 5);
+  EXPECT_TRUE(received[0][1].eq(3).all().item<bool>());
+  // Never two of the weight's gradients at once.
+  EXPECT_LT(host_memory::peak_tensor_bytes() - before, (w.numel() + w.numel() / 2) * 4);
+  group.release();
+}
+
+// With one use per parameter nothing goes early.
+TEST(FlatGroupGradient, SendsNothingEarlyWithoutFurtherUses) {
+  const schema::Unit unit = one_big_unit();
+  const schema::Group& layout = unit.groups.at(0);
+  std::vector<float> slot(static_cast<size_t>(layout.padded_numel), 1.0f);
+  FlatGroup group(layout, schema::Policy{}, 0, slot.data());
+  int early = 0, completed = 0;
+  group.bind([&](std::vector<at::Tensor>&&) { ++completed; },
+             [&](size_t, at::Tensor&&) { ++early; });
+  ((group.param(0) * 2).sum() + group.param(1).sum()).backward();
+  EXPECT_EQ(early, 0);
+  EXPECT_EQ(completed, 1);
   group.release();
 }
 

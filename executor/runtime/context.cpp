@@ -119,7 +119,7 @@ struct Context::Impl : planner::UnitHooks {
   std::exception_ptr pending_error;
   std::unique_ptr<Timeline> timeline;  // when recording
   int64_t exposed_us = 0;              // compute blocked on collectives, summed
-  int64_t base_rss = 0, model_bytes = 0, setup_peak_rss = 0;
+  int64_t base_rss = 0, base_file_rss = 0, model_bytes = 0, setup_peak_rss = 0;
   int64_t microbatch_start_bytes = 0;  // tensor bytes alive when this microbatch began
   int64_t activation_peak = 0;         // the most any microbatch held above that
   bool evaluating = false;             // inside evaluate(): no backward follows
@@ -620,6 +620,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   torch::jit::setGraphExecutorOptimize(false);
   host_memory::install();
   impl->base_rss = host_memory::rss_bytes();
+  impl->base_file_rss = host_memory::file_rss_bytes();
   impl->module = planner::load_module(model_path);
   impl->model_bytes = tensor_bytes_of(impl->module);
   const planner::ModelIR ir = planner::extract_model(impl->module, model_path);
@@ -946,6 +947,7 @@ ContextStats Context::stats() const {
   s.divergences = impl_->divergences;
   s.exposed_comm_us = impl_->gpu ? impl_->gpu->exposed_us() : impl_->exposed_us;
   s.runtime_base_rss_bytes = impl_->base_rss;
+  s.runtime_base_file_rss_bytes = impl_->base_file_rss;
   s.model_bytes = impl_->model_bytes;
   s.setup_peak_rss_bytes = impl_->setup_peak_rss;
   s.activation_peak_bytes = impl_->activation_peak;

@@ -62,6 +62,7 @@ struct ContextStats {
   // reduce-scatter (CPU tensors counted by host_memory.h; on a GPU, LibTorch's caching
   // allocator's count on the device).
   int64_t runtime_base_rss_bytes = 0;
+  int64_t runtime_base_file_rss_bytes = 0;  // the part of it backed by files (code)
   int64_t model_bytes = 0;
   int64_t setup_peak_rss_bytes = 0;
   int64_t activation_peak_bytes = 0;

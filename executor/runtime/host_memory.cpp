@@ -121,6 +121,10 @@ int64_t peak_rss_bytes() {
   return status_kb("VmHWM") * 1024;
 }
 
+int64_t file_rss_bytes() {
+  return status_kb("RssFile") * 1024;
+}
+
 bool reset_peak_rss() {
   std::ofstream out("/proc/self/clear_refs");
   out << "5";

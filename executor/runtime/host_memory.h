@@ -29,6 +29,9 @@ void reset_peak();  // the peak restarts from what is alive now
 // /proc cannot say.
 int64_t rss_bytes();
 int64_t peak_rss_bytes();
+// The part of the resident set backed by files (RssFile): the code and read-only data of the
+// program and its libraries that have been paged in.
+int64_t file_rss_bytes();
 // Restarts the high-water mark from the current RSS (/proc/self/clear_refs); false when the
 // kernel does not allow it.
 bool reset_peak_rss();

@@ -11,7 +11,8 @@ int64_t MemoryBreakdown::transient() const {
 }
 
 int64_t MemoryBreakdown::accounted() const {
-  return runtime_base + sharded_params + main_grads + optimizer_state + slots + transient();
+  return runtime_base + sharded_params + main_grads + optimizer_state + slots + transient() +
+         code;
 }
 
 int64_t MemoryBreakdown::other() const {
@@ -34,6 +35,7 @@ nlohmann::json MemoryBreakdown::to_json() const {
                       {"slot_bytes", slots},
                       {"activation_peak_bytes", activation_peak},
                       {"optimizer_step_peak_bytes", optimizer_step_peak},
+                      {"code_bytes", code},
                       {"peak_rss_bytes", peak_rss}};
   if (device == "cpu") j["other_bytes"] = other();
   return j;
@@ -52,6 +54,7 @@ MemoryBreakdown MemoryBreakdown::from_json(const nlohmann::json& j) {
   m.slots = j.at("slot_bytes").get<int64_t>();
   m.activation_peak = j.at("activation_peak_bytes").get<int64_t>();
   m.optimizer_step_peak = j.at("optimizer_step_peak_bytes").get<int64_t>();
+  m.code = j.at("code_bytes").get<int64_t>();
   m.peak_rss = j.at("peak_rss_bytes").get<int64_t>();
   return m;
 }
@@ -80,7 +83,7 @@ std::string gpu_memory_table(const std::vector<MemoryBreakdown>& ranks) {
 std::string memory_table(const std::vector<MemoryBreakdown>& ranks) {
   if (!ranks.empty() && ranks.front().device != "cpu") return gpu_memory_table(ranks);
   const char* headers[] = {"base",        "params",     "grads", "optimizer", "slots",
-                           "activations", "optim step", "other", "peak RSS"};
+                           "activations", "optim step", "code",  "other",     "peak RSS"};
   std::ostringstream out;
   out << "memory per rank, MiB (docs/run.md#memory):\n" << std::setw(8) << "";
   for (const char* h : headers) out << std::setw(12) << h;
@@ -90,7 +93,8 @@ std::string memory_table(const std::vector<MemoryBreakdown>& ranks) {
   for (const MemoryBreakdown& m : ranks) {
     out << "rank " << std::setw(3) << std::left << m.rank << std::right;
     for (int64_t v : {m.runtime_base, m.sharded_params, m.main_grads, m.optimizer_state, m.slots,
-                      m.activation_peak, m.optimizer_step_peak, m.other(), m.peak_rss}) {
+                      m.activation_peak, m.optimizer_step_peak, m.code, m.other(),
+                      m.peak_rss}) {
       out << std::setw(12) << mib(v);
     }
     const int64_t above_base = m.peak_rss - m.runtime_base;

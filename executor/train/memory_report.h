@@ -26,11 +26,15 @@ struct MemoryBreakdown {
   int64_t slots = 0;                // the plan's buffers for gathered units
   int64_t activation_peak = 0;      // the most one microbatch's forward and backward held
   int64_t optimizer_step_peak = 0;  // the most the optimizer step's temporaries held
+  // Code and read-only data of LibTorch and the other libraries paged in after the base
+  // (growth of the file-backed RSS, read at the end: the first step's kernels, the
+  // interpreter, Gloo), which a model of any size pays once.
+  int64_t code = 0;
   int64_t peak_rss = 0;             // RSS high-water mark of training (after set-up)
 
   // The two transients never coexist: activations are gone before the optimizer steps.
   int64_t transient() const;
-  // Base + persistent state + the larger transient: what the peak should be.
+  // Base + persistent state + the larger transient + code: what the peak should be.
   int64_t accounted() const;
   // Peak RSS less what is accounted for: allocator overhead, code, anything unexplained.
   int64_t other() const;

@@ -379,6 +379,8 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   // Host tensors only: on a GPU the optimizer's temporaries are not counted.
   if (memory.device == "cpu") memory.optimizer_step_peak = optimizer_step_peak;
   memory.peak_rss = host_memory::peak_rss_bytes();
+  memory.code =
+      std::max<int64_t>(0, host_memory::file_rss_bytes() - stats.runtime_base_file_rss_bytes);
   if (metrics) metrics->write({{"rank", ctx->rank()}, {"memory", memory.to_json()}});
   const double exposed_pct = total_ms > 0 ? 100.0 * total_exposed_ms / total_ms : 0.0;
   std::ostringstream mine;

@@ -21,18 +21,19 @@ MemoryBreakdown sample() {
   m.slots = 100 * kMiB;
   m.activation_peak = 300 * kMiB;
   m.optimizer_step_peak = 120 * kMiB;
-  m.peak_rss = 1400 * kMiB;
+  m.code = 20 * kMiB;
+  m.peak_rss = 1420 * kMiB;
   return m;
 }
 
-TEST(MemoryBreakdown, OtherIsThePeakLessTheBaseTheStateAndTheLargerTransient) {
+TEST(MemoryBreakdown, OtherIsThePeakLessTheBaseTheStateTheLargerTransientAndCode) {
   MemoryBreakdown m = sample();
   EXPECT_EQ(m.transient(), 300 * kMiB);
-  EXPECT_EQ(m.accounted(), (150 + 200 + 200 + 400 + 100 + 300) * kMiB);
+  EXPECT_EQ(m.accounted(), (150 + 200 + 200 + 400 + 100 + 300 + 20) * kMiB);
   EXPECT_EQ(m.other(), 50 * kMiB);
   m.optimizer_step_peak = 350 * kMiB;  // the optimizer's temporaries are the larger now
   EXPECT_EQ(m.other(), 0);
-  EXPECT_EQ(m.process_peak_rss(), 1400 * kMiB);
+  EXPECT_EQ(m.process_peak_rss(), 1420 * kMiB);
   m.setup_peak_rss = 1500 * kMiB;
   EXPECT_EQ(m.process_peak_rss(), 1500 * kMiB);
 }
@@ -41,6 +42,7 @@ TEST(MemoryBreakdown, MetricsRecordRoundTripsAndCarriesOther) {
   const MemoryBreakdown m = sample();
   const nlohmann::json j = m.to_json();
   EXPECT_EQ(j.at("other_bytes").get<int64_t>(), 50 * kMiB);
+  EXPECT_EQ(j.at("code_bytes").get<int64_t>(), 20 * kMiB);
   EXPECT_EQ(j.at("device").get<std::string>(), "cpu");
   EXPECT_EQ(MemoryBreakdown::from_json(j).to_json(), j);
 }
@@ -52,9 +54,11 @@ TEST(MemoryBreakdown, CpuTableHasOneRowPerRankWithOtherAsAShareOfThePeakAboveThe
   EXPECT_EQ(table.rfind("memory per rank, MiB (docs/run.md#memory):\n", 0), 0u) << table;
   EXPECT_NE(table.find("rank 0 "), std::string::npos) << table;
   EXPECT_NE(table.find("rank 1 "), std::string::npos) << table;
-  // other 50 MiB of 1250 MiB above the base
+  // code 20 MiB; other 50 MiB of 1270 MiB above the base
+  EXPECT_NE(table.find(" code "), std::string::npos) << table;
+  EXPECT_NE(table.find(" 20.0"), std::string::npos) << table;
   EXPECT_NE(table.find(" 50.0"), std::string::npos) << table;
-  EXPECT_NE(table.find("4.0 %"), std::string::npos) << table;
+  EXPECT_NE(table.find("3.9 %"), std::string::npos) << table;
 }
 
 TEST(MemoryBreakdown, GpuTableShowsDeviceColumnsAndNoOther) {
@@ -64,7 +68,7 @@ TEST(MemoryBreakdown, GpuTableShowsDeviceColumnsAndNoOther) {
   const std::string table = memory_table({m});
   EXPECT_EQ(table.rfind("GPU memory per rank, MiB", 0), 0u) << table;
   EXPECT_EQ(table.find("other"), std::string::npos) << table;
-  EXPECT_NE(table.find("1400.0"), std::string::npos) << table;  // the host's peak RSS
+  EXPECT_NE(table.find("1420.0"), std::string::npos) << table;  // the host's peak RSS
 }
 
 }  // namespace

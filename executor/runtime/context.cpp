@@ -392,8 +392,8 @@ struct Context::Impl : planner::UnitHooks {
           gpu->all_reduce(*replica_comm, group.main_grad(), ReduceOp::kAvg, what);
         } else {
           replica_comm->all_reduce(group.main_grad().data_ptr<float>(),
-                                   static_cast<size_t>(group.layout().shard_numel),
-                                   ReduceOp::kAvg, what);
+                                   static_cast<size_t>(group.layout().shard_numel), ReduceOp::kAvg,
+                                   what);
         }
       }
     }

@@ -11,8 +11,7 @@ int64_t MemoryBreakdown::transient() const {
 }
 
 int64_t MemoryBreakdown::accounted() const {
-  return runtime_base + sharded_params + main_grads + optimizer_state + slots + transient() +
-         code;
+  return runtime_base + sharded_params + main_grads + optimizer_state + slots + transient() + code;
 }
 
 int64_t MemoryBreakdown::other() const {
@@ -93,8 +92,7 @@ std::string memory_table(const std::vector<MemoryBreakdown>& ranks) {
   for (const MemoryBreakdown& m : ranks) {
     out << "rank " << std::setw(3) << std::left << m.rank << std::right;
     for (int64_t v : {m.runtime_base, m.sharded_params, m.main_grads, m.optimizer_state, m.slots,
-                      m.activation_peak, m.optimizer_step_peak, m.code, m.other(),
-                      m.peak_rss}) {
+                      m.activation_peak, m.optimizer_step_peak, m.code, m.other(), m.peak_rss}) {
       out << std::setw(12) << mib(v);
     }
     const int64_t above_base = m.peak_rss - m.runtime_base;

@@ -30,7 +30,7 @@ struct MemoryBreakdown {
   // (growth of the file-backed RSS, read at the end: the first step's kernels, the
   // interpreter, Gloo), which a model of any size pays once.
   int64_t code = 0;
-  int64_t peak_rss = 0;             // RSS high-water mark of training (after set-up)
+  int64_t peak_rss = 0;  // RSS high-water mark of training (after set-up)
 
   // The two transients never coexist: activations are gone before the optimizer steps.
   int64_t transient() const;

@@ -258,8 +258,9 @@ struct Worker {
 
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& options, std::vector<Worker>& workers, SignalCatcher& signals)
-      : options_(options), workers_(workers), signals_(signals) {}
+  Supervisor(const LaunchOptions& options, std::vector<Worker>& workers, SignalCatcher& signals,
+             const ErrorLines& errors)
+      : options_(options), workers_(workers), signals_(signals), errors_(errors) {}
 
   int run() {
     while (running_count() > 0) {
@@ -278,8 +279,9 @@ class Supervisor {
     }
     if (interrupt_signal_ != 0 && !failed_) return 128 + interrupt_signal_;
     if (failed_) {
-      report_failure(workers_[*failed_]);
-      return workers_[*failed_].status->shell_status();
+      const size_t blamed = root_cause();
+      report_failure(workers_[blamed], workers_[*failed_]);
+      return workers_[blamed].status->shell_status();
     }
     return 0;
   }
@@ -348,7 +350,9 @@ class Supervisor {
       worker.read_all(Output::kStdout);
       worker.read_all(Output::kStderr);
       worker.status = status;
-      if (status->ok() || phase_ != Phase::kRunning) continue;
+      if (status->ok()) continue;
+      failures_.push_back(i);
+      if (phase_ != Phase::kRunning) continue;
       failed_ = i;
       stop("rank " + std::to_string(worker.rank) + " " + status->describe());
     }
@@ -384,7 +388,22 @@ class Supervisor {
     }
   }
 
-  void report_failure(const Worker& worker) {
+  // The rank to blame: the first to fail, unless it failed in a collective or the rendezvous
+  // (exit 6: what a rank sees when a peer exits under it) while another rank exited with an
+  // error of its own (another code, before it was stopped or while stopping): that is the
+  // cause, and its exit code is the run's.
+  size_t root_cause() const {
+    const size_t first = *failed_;
+    const int runtime = static_cast<int>(ExitCode::kRuntime);
+    if (workers_[first].status->shell_status() != runtime) return first;
+    for (size_t i : failures_) {
+      const ExitStatus& status = *workers_[i].status;
+      if (status.signal == 0 && status.code != runtime && status.code < 128) return i;
+    }
+    return first;
+  }
+
+  void report_failure(const Worker& worker, const Worker& first) {
     const std::deque<std::string>& lines = worker.output.recent();
     std::string where;
     if (!options_.log_dir.empty()) {
@@ -393,6 +412,19 @@ class Supervisor {
     std::string summary = "rank " + std::to_string(worker.rank) + " failed first: it " +
                           worker.status->describe() + " (pid " +
                           std::to_string(worker.process.pid()) + ")";
+    if (&worker != &first) {
+      summary = "rank " + std::to_string(first.rank) + " failed first (it " +
+                first.status->describe() + ", losing a peer), but the cause is rank " +
+                std::to_string(worker.rank) + ": it " + worker.status->describe() + " (pid " +
+                std::to_string(worker.process.pid()) + ")";
+    }
+    // An error line every rank printed was passed on once, as it came: point at it.
+    if (options_.log_dir.empty() && !lines.empty() && ErrorLines::is_error(lines.back())) {
+      const std::vector<int> ranks = errors_.ranks_of(lines.back());
+      say(summary + " with the error above" +
+          (ranks.size() > 1 ? " (" + rank_list(ranks) + " printed it; shown once)" : ""));
+      return;
+    }
     if (lines.empty()) {
       say(summary + "; it printed nothing" + where);
       return;
@@ -410,9 +442,11 @@ class Supervisor {
   const LaunchOptions& options_;
   std::vector<Worker>& workers_;
   SignalCatcher& signals_;
+  const ErrorLines& errors_;
   Phase phase_ = Phase::kRunning;
   Clock::time_point deadline_;
   std::optional<size_t> failed_;
+  std::vector<size_t> failures_;  // every worker that exited non-zero, in order
   int interrupt_signal_ = 0;
   int seen_interrupts_ = 0;
 };
@@ -483,6 +517,7 @@ int launch(const LaunchOptions& options) {
   }
 
   SignalCatcher signals;
+  ErrorLines errors;
   std::vector<Worker> workers;
   workers.reserve(static_cast<size_t>(options.nproc_per_node));
   for (int local_rank = 0; local_rank < options.nproc_per_node; ++local_rank) {
@@ -497,13 +532,14 @@ int launch(const LaunchOptions& options) {
     variables.insert(variables.end(), options.extra_env.begin(), options.extra_env.end());
     // A worker that cannot start throws; the vector's destructor then kills those started.
     ChildProcess process(options.argv, environment_with(variables));
-    RankOutput output = options.log_dir.empty()
-                            ? RankOutput(rank, STDOUT_FILENO, STDERR_FILENO, true, "stdout/stderr")
-                            : RankOutput(rank, logs.fd(local_rank), logs.fd(local_rank), false,
-                                         LogFiles::path(options.log_dir, rank));
+    RankOutput output =
+        options.log_dir.empty()
+            ? RankOutput(rank, STDOUT_FILENO, STDERR_FILENO, true, "stdout/stderr", 10, &errors)
+            : RankOutput(rank, logs.fd(local_rank), logs.fd(local_rank), false,
+                         LogFiles::path(options.log_dir, rank));
     workers.push_back(Worker{rank, std::move(process), std::move(output), std::nullopt});
   }
-  return Supervisor(options, workers, signals).run();
+  return Supervisor(options, workers, signals, errors).run();
 }
 
 }  // namespace mfsdp::launch

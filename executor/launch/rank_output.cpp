@@ -39,13 +39,42 @@ std::string without_clear(std::string text) {
 
 }  // namespace
 
+bool ErrorLines::is_error(const std::string& line) {
+  return line.rfind("mfsdp: error: ", 0) == 0;
+}
+
+std::string ErrorLines::key(const std::string& line) {
+  std::string key;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const bool digit = line[i] >= '0' && line[i] <= '9';
+    if (!digit) {
+      key += line[i];
+    } else if (i == 0 || line[i - 1] < '0' || line[i - 1] > '9') {
+      key += '#';
+    }
+  }
+  return key;
+}
+
+bool ErrorLines::seen_before(int rank, const std::string& line) {
+  std::vector<int>& ranks = ranks_[key(line)];
+  ranks.push_back(rank);
+  return ranks.size() > 1;
+}
+
+std::vector<int> ErrorLines::ranks_of(const std::string& line) const {
+  const auto it = ranks_.find(key(line));
+  return it == ranks_.end() ? std::vector<int>() : it->second;
+}
+
 RankOutput::RankOutput(int rank, int stdout_fd, int stderr_fd, bool prefixed,
-                       std::string destination, size_t recent_capacity)
+                       std::string destination, size_t recent_capacity, ErrorLines* errors)
     : rank_(rank),
       fds_{stdout_fd, stderr_fd},
       prefixed_(prefixed),
       destination_(std::move(destination)),
-      recent_capacity_(recent_capacity) {}
+      recent_capacity_(recent_capacity),
+      errors_(errors) {}
 
 void RankOutput::add(Output stream, const std::string& bytes) {
   std::string& partial = partial_[index(stream)];
@@ -87,6 +116,9 @@ void RankOutput::emit(Output stream, const std::string& segment) {
   const std::string line = without_clear(segment);
   recent_.push_back(line);
   while (recent_.size() > recent_capacity_) recent_.pop_front();
+  if (prefixed_ && errors_ && ErrorLines::is_error(line) && errors_->seen_before(rank_, line)) {
+    return;
+  }
   const std::string clear =
       status_shown && prefixed_ ? "\r" + std::string(kClearLine) : std::string();
   if (prefixed_) status_shown = false;

@@ -4,6 +4,7 @@
 //   out=N, err=N   print N lines "out <i> of rank <R>" to stdout ("err ..." to stderr)
 //   burst=N        print N long lines to stdout in small writes that split lines (eburst: stderr)
 //   partial=TEXT   print TEXT without a newline
+//   error=TEXT     print "mfsdp: error: TEXT" to stderr, as mfsdp reports a failure
 //   env=NAME       print "NAME=<value>" or "NAME unset"
 //   create=PATH    create the file PATH
 //   wait-usr1      wait until the test sends SIGUSR1 (blocked from the start, so none is lost)
@@ -79,6 +80,8 @@ int main(int argc, char** argv) {
       burst(name == "burst" ? STDOUT_FILENO : STDERR_FILENO, rank, std::atoi(value.c_str()));
     } else if (name == "partial") {
       write_all(STDOUT_FILENO, value);
+    } else if (name == "error") {
+      write_all(STDERR_FILENO, "mfsdp: error: " + value + "\n");
     } else if (name == "env") {
       const char* set = std::getenv(value.c_str());
       write_all(STDOUT_FILENO, set ? value + "=" + set + "\n" : value + " unset\n");

@@ -127,6 +127,44 @@ TEST(Launcher, FailedRankStopsTheOthersAndIsReportedWithItsLastLines) {
   expect_all_gone(pids);
 }
 
+// Every rank meets the same bad input at once: the user reads its error line once.
+TEST(Launcher, ErrorEveryRankPrintsIsShownOnce) {
+  LauncherProcess launcher({"--nproc", "3", "--master-port", "0"},
+                           {"error=the batch is wrong", "exit=2"});
+  const launch::ExitStatus status = launcher.finish();
+  EXPECT_EQ(status.code, 2) << status.describe() << "\n" << launcher.err();
+  const std::string& err = launcher.err();
+  size_t count = 0;
+  for (size_t at = 0; (at = err.find("mfsdp: error: the batch is wrong", at)) != std::string::npos;
+       ++at) {
+    ++count;
+  }
+  EXPECT_EQ(count, 1u) << err;
+  EXPECT_TRUE(contains(err, " with the error above")) << err;
+  EXPECT_FALSE(contains(err, "lines of output")) << err;
+}
+
+// Rank 0 fails first with exit 6 (as a rank does when a peer goes away under a collective);
+// rank 1, which ignores SIGTERM, then exits with its own error: rank 1 is the cause.
+TEST(Launcher, BlamesTheRankWithItsOwnErrorOverOneThatLostAPeer) {
+  LauncherProcess launcher({"--nproc", "2", "--master-port", "0"},
+                           {"ignore-term", "pid", "wait-usr1", "@0:exit=6",
+                            "@1:error=target 300 is outside the logits", "@1:exit=2"});
+  const std::map<int, pid_t> pids = wait_for_workers(launcher, 2);
+  ASSERT_EQ(pids.size(), 2u);
+  kill(pids.at(0), SIGUSR1);
+  ASSERT_TRUE(launcher.wait_for_stderr("rank 0 exited with code 6; stopping rank 1", 1))
+      << launcher.err();
+  kill(pids.at(1), SIGUSR1);
+  const launch::ExitStatus status = launcher.finish();
+  EXPECT_EQ(status.code, 2) << status.describe() << "\n" << launcher.err();
+  EXPECT_TRUE(contains(launcher.err(),
+                       "mfsdp run: rank 0 failed first (it exited with code 6, losing a peer), "
+                       "but the cause is rank 1: it exited with code 2 (pid " +
+                           std::to_string(pids.at(1)) + ") with the error above\n"))
+      << launcher.err();
+}
+
 TEST(Launcher, RankKilledBySignalIsReportedWithTheSignalName) {
   LauncherProcess launcher({"--nproc", "2", "--master-port", "0"},
                            {"pid", "@0:wait-usr1", "@0:kill=9", "block"});

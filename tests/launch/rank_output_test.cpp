@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace mfsdp::launch {
 namespace {
@@ -33,6 +34,32 @@ class CapturedFile {
  private:
   int fd_;
 };
+
+TEST(RankOutput, PassesOnAnErrorLineEveryRankPrintsOnce) {
+  CapturedFile out, err;
+  ErrorLines errors;
+  RankOutput rank0(0, out.fd(), err.fd(), true, "test", 10, &errors);
+  RankOutput rank1(1, out.fd(), err.fd(), true, "test", 10, &errors);
+  rank1.add(Output::kStderr, "mfsdp: error: bad batch\n");
+  rank0.add(Output::kStderr, "mfsdp: error: bad batch\n");
+  rank0.add(Output::kStderr, "mfsdp: error: another\n");
+  // The same error with each rank's own numbers in it.
+  rank0.add(Output::kStderr, "mfsdp: error: ids 5..204 of rank 0\n");
+  rank1.add(Output::kStderr, "mfsdp: error: ids 38..232 of rank 1\n");
+  rank1.add(Output::kStderr, "not an error\n");
+  rank0.add(Output::kStderr, "not an error\n");
+  EXPECT_EQ(err.text(),
+            "[rank 1] mfsdp: error: bad batch\n"
+            "[rank 0] mfsdp: error: another\n"
+            "[rank 0] mfsdp: error: ids 5..204 of rank 0\n"
+            "[rank 1] not an error\n"
+            "[rank 0] not an error\n");
+  EXPECT_EQ(errors.ranks_of("mfsdp: error: bad batch"), (std::vector<int>{1, 0}));
+  EXPECT_EQ(errors.ranks_of("mfsdp: error: ids 38..232 of rank 1"), (std::vector<int>{0, 1}));
+  EXPECT_EQ(errors.ranks_of("mfsdp: error: another"), (std::vector<int>{0}));
+  // Each rank's own recent lines still hold what it printed.
+  EXPECT_EQ(rank0.recent().front(), "mfsdp: error: bad batch");
+}
 
 TEST(RankOutput, PassesOnOnlyWholeLinesWithThePrefix) {
   CapturedFile out, err;

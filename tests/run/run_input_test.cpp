@@ -149,11 +149,12 @@ TEST(RunInput, ResumeNeedsACheckpointDirectory) {
 }
 
 // Checked by the ranks (they need the model or the data): every rank fails alike and the
-// launcher exits with their code, naming the rank.
+// launcher exits with their code, naming the rank, and shows the error once.
 void expect_rank_failure(const RunResult& r, int code, const std::string& message) {
   EXPECT_EQ(r.exit_code, code) << r.out << r.err;
   EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("failed first"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(message), r.err.rfind(message)) << "shown more than once:\n" << r.err;
 }
 
 TEST(RunInput, PlanForAnotherModel) {

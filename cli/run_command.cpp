@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -175,7 +176,20 @@ executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
                               const schema::Plan& plan) {
   executor::TrainConfig config = flags.train;
   config.plan_path = flags.plan;
-  if (config.model_path.empty()) config.model_path = plan.model.path;
+  const bool model_from_plan = config.model_path.empty();
+  if (model_from_plan) config.model_path = plan.model.path;
+  // Caught here, once, instead of by every rank's loader: say where the path came from.
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(config.model_path, error)) {
+    if (model_from_plan) {
+      fail(ExitCode::kUsage,
+           config.model_path + ": no such model file; " + flags.plan +
+               " names it as `mfsdp plan` was given it, so a relative path is read from the "
+               "current directory: run from the directory the plan was made in, or pass "
+               "--model PATH");
+    }
+    fail(ExitCode::kUsage, config.model_path + ": no such model file (--model)");
+  }
   if (plan.training) apply_training(*plan.training, cmd, config);
   if (cmd.count("--steps") == 0 && !(plan.training && plan.training->steps)) {
     fail(ExitCode::kUsage, "--steps is required (the plan has no training.steps)");
@@ -310,8 +324,10 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("plan", flags->plan, "Plan file written by mfsdp plan")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--model", t.model_path,
-                  "TorchScript model (default: the model path recorded in the plan)");
+  cmd->add_option(
+      "--model", t.model_path,
+      "TorchScript model (default: the path recorded in the plan, as `mfsdp plan` was given "
+      "it: a relative one is read from the current directory)");
 
   const char* launcher = "Launcher";
   cmd->add_option("--nproc-per-node", flags->nproc_per_node,

@@ -2,6 +2,8 @@
 // checks the launcher can make itself come before any worker starts (one line, no prefix).
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/cli/cli_test_support.h"
 
 namespace mfsdp::testing {
@@ -41,6 +43,20 @@ void expect_refused(const RunResult& r, const std::string& message) {
   EXPECT_EQ(lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("[rank"), std::string::npos) << r.err;
+}
+
+TEST(RunInput, MissingModelFileSaysWhereItsPathCameFrom) {
+  // The plan names the model relative to where it was made; run from elsewhere.
+  std::ifstream in(two_rank_plan());
+  nlohmann::json plan = nlohmann::json::parse(in);
+  plan["model"]["path"] = "no/such/model.pt";
+  const std::string path = temp_path("moved_model.plan.json");
+  std::ofstream(path) << plan.dump(2);
+  const RunResult r = mfsdp({"run", path, "--nproc-per-node", "2", "--steps", "1"});
+  expect_refused(r, "no/such/model.pt: no such model file; " + path +
+                        " names it as `mfsdp plan` was given it");
+  EXPECT_NE(r.err.find("or pass --model PATH"), std::string::npos) << r.err;
+  expect_refused(run({"--model", "no/such.pt"}), "no/such.pt: no such model file (--model)");
 }
 
 TEST(RunInput, MissingPlan) {

@@ -376,13 +376,26 @@ TEST(RunCli, TraceShowsEveryRanksComputeAndStreamsWithOverlappingGathers) {
   }
   EXPECT_TRUE(overlap);
   size_t reduce_scatters = 0;
+  // The tied embedding's first use (the LM head) is reduce-scattered early, once per
+  // microbatch of each rank, beside the root unit's own reduce-scatter.
+  std::map<int, int> early, root;
   for (const auto& e : events) {
     if (e.at("ph") == "X" && e.at("tid") == 2) {
-      EXPECT_EQ(e.at("name").get<std::string>().rfind("reduce-scatter of ", 0), 0u) << e;
+      const std::string name = e.at("name");
+      EXPECT_EQ(name.rfind("reduce-scatter of ", 0), 0u) << e;
       ++reduce_scatters;
+      if (name == "reduce-scatter of <root> group 0 (early, for tied wte.weight)") {
+        ++early[e.at("pid").get<int>()];
+      } else if (name == "reduce-scatter of <root> group 0") {
+        ++root[e.at("pid").get<int>()];
+      }
     }
   }
   EXPECT_GT(reduce_scatters, 0u);
+  for (int rank : {0, 1}) {
+    EXPECT_GT(root[rank], 0) << "rank " << rank;
+    EXPECT_EQ(early[rank], root[rank]) << "rank " << rank;
+  }
 }
 
 }  // namespace

@@ -60,12 +60,19 @@ schema::Unit one_big_unit() {
   return scope.finalize().units.at(0);
 }
 
+// That unit's one group over a slot of ones.
+struct BigGroup {
+  schema::Unit unit = one_big_unit();
+  std::vector<float> slot = std::vector<float>(static_cast<size_t>(layout().padded_numel), 1.0f);
+  FlatGroup group{layout(), schema::Policy{}, 0, slot.data()};
+  const schema::Group& layout() const { return unit.groups.at(0); }
+};
+
 TEST(FlatGroupGradient, ArrivesOnceAsPerParameterSumsWithoutFlatOrTiedCopies) {
   host_memory::install();
-  const schema::Unit unit = one_big_unit();
-  const schema::Group& layout = unit.groups.at(0);
-  std::vector<float> slot(static_cast<size_t>(layout.padded_numel), 1.0f);
-  FlatGroup group(layout, schema::Policy{}, 0, slot.data());
+  BigGroup big;
+  const schema::Group& layout = big.layout();
+  FlatGroup& group = big.group;
   std::vector<std::vector<at::Tensor>> received;
   group.bind([&](std::vector<at::Tensor>&& grads) { received.push_back(std::move(grads)); });
   // The weight is used twice through two registrations (a tied weight), the bias once.
@@ -96,10 +103,9 @@ TEST(FlatGroupGradient, ArrivesOnceAsPerParameterSumsWithoutFlatOrTiedCopies) {
 // gradient costs its own bytes once, never twice.
 TEST(FlatGroupGradient, KeepsAutogradsOwnGradientWithoutACopy) {
   host_memory::install();
-  const schema::Unit unit = one_big_unit();
-  const schema::Group& layout = unit.groups.at(0);
-  std::vector<float> slot(static_cast<size_t>(layout.padded_numel), 1.0f);
-  FlatGroup group(layout, schema::Policy{}, 0, slot.data());
+  BigGroup big;
+  const schema::Group& layout = big.layout();
+  FlatGroup& group = big.group;
   std::vector<at::Tensor> received;
   group.bind([&](std::vector<at::Tensor>&& grads) { received = std::move(grads); });
   const at::Tensor loss = (group.param(0) * 2).sum();
@@ -127,10 +133,8 @@ TEST(FlatGroupGradient, KeepsAutogradsOwnGradientWithoutACopy) {
 // the second use's gradient never waits beside it; the group's gradient then holds the rest.
 TEST(FlatGroupGradient, HandsATiedWeightsFirstUsesOverEarly) {
   host_memory::install();
-  const schema::Unit unit = one_big_unit();
-  const schema::Group& layout = unit.groups.at(0);
-  std::vector<float> slot(static_cast<size_t>(layout.padded_numel), 1.0f);
-  FlatGroup group(layout, schema::Policy{}, 0, slot.data());
+  BigGroup big;
+  FlatGroup& group = big.group;
   std::vector<std::vector<at::Tensor>> received;
   std::vector<std::pair<size_t, double>> early;  // parameter, value of each element
   group.bind([&](std::vector<at::Tensor>&& grads) { received.push_back(std::move(grads)); },
@@ -162,10 +166,8 @@ TEST(FlatGroupGradient, HandsATiedWeightsFirstUsesOverEarly) {
 
 // With one use per parameter nothing goes early.
 TEST(FlatGroupGradient, SendsNothingEarlyWithoutFurtherUses) {
-  const schema::Unit unit = one_big_unit();
-  const schema::Group& layout = unit.groups.at(0);
-  std::vector<float> slot(static_cast<size_t>(layout.padded_numel), 1.0f);
-  FlatGroup group(layout, schema::Policy{}, 0, slot.data());
+  BigGroup big;
+  FlatGroup& group = big.group;
   int early = 0, completed = 0;
   group.bind([&](std::vector<at::Tensor>&&) { ++completed; },
              [&](size_t, at::Tensor&&) { ++early; });

@@ -2,6 +2,7 @@
 #include "cli/run_command.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +41,7 @@ struct RunFlags {
   int master_port = -1;
   std::string log_dir;
   double grace_s = 10;
+  int threads = 0;  // 0: OMP_NUM_THREADS if set, else the cores shared out among the workers
 };
 
 const char* kExamples = R"(
@@ -228,6 +230,33 @@ void check_launch_flags(const RunFlags& flags, const CLI::App& cmd) {
     fail(ExitCode::kUsage,
          "--master-addr is empty; give node 0's host name or address (127.0.0.1 by default)");
   }
+  if (cmd.count("--threads") > 0 && flags.threads < 1) {
+    fail(ExitCode::kUsage, "--threads " + std::to_string(flags.threads) +
+                               " is not allowed; give at least 1 thread per worker");
+  }
+}
+
+// The cores this process may run on (its affinity mask, which containers and `taskset`
+// narrow), at least 1.
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+// Each worker's intra-op threads, as torchrun sizes them: --threads, else the user's
+// OMP_NUM_THREADS (inherited as it is), else the cores shared out among this node's workers,
+// so that N workers do not each start a pool as large as the machine. LibTorch reads
+// OMP_NUM_THREADS and the BLAS libraries their own variables when a worker starts.
+void set_worker_threads(const RunFlags& flags, launch::LaunchOptions& options) {
+  const char* user = std::getenv("OMP_NUM_THREADS");
+  if (flags.threads == 0 && user != nullptr && *user != '\0') return;
+  const int threads =
+      flags.threads > 0 ? flags.threads : std::max(1, available_cores() / flags.nproc_per_node);
+  for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}) {
+    options.extra_env.push_back({name, std::to_string(threads)});
+  }
 }
 
 // --device cuda: whether this node's ranks can each use a GPU, asked before any worker
@@ -305,6 +334,7 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   const bool live = flags.log_dir.empty() && isatty(STDOUT_FILENO) == 1;
   options.extra_env.push_back({"MFSDP_LIVE_PROGRESS", live ? "1" : "0"});
   options.extra_env.push_back({"MFSDP_RUN_WORKER", "1"});
+  set_worker_threads(flags, options);
   std::cout.flush();
   std::cerr.flush();
   const int status = launch::launch(options);
@@ -347,6 +377,10 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
       ->group(launcher);
   cmd->add_option("--grace", flags->grace_s,
                   "Seconds workers get after SIGTERM before SIGKILL (default 10)")
+      ->group(launcher);
+  cmd->add_option("--threads", flags->threads,
+                  "Intra-op threads per worker, for LibTorch and BLAS (default: OMP_NUM_THREADS "
+                  "if set, else this node's cores / its workers, at least 1)")
       ->group(launcher);
 
   const char* data = "Data and loss";

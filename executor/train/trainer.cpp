@@ -252,7 +252,9 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   const int64_t trace_first = first_step + (config.steps - first_step > 1 ? 1 : 0);
   const int64_t trace_end = trace_first + config.trace_steps;
   if (lead) {
+    const int threads = at::get_num_threads();
     out << "mfsdp run: " << ctx->world_size() << " rank(s) on " << ctx->device_description() << ", "
+        << threads << (threads == 1 ? " thread" : " threads") << " per rank, "
         << ctx->plan().units.size() << " units, " << data->describe() << ", global batch "
         << data_config.global_batch << " = " << ctx->world_size() << " rank(s) x " << microbatches
         << " microbatch(es) x " << data_config.global_batch / ctx->world_size() / microbatches

@@ -279,7 +279,10 @@ TEST(RunCli, ResumingFromACheckpointIsBitExact) {
 TEST(RunCli, TwoLaunchersMakeATwoNodeRun) {
   const executor::TrainConfig config = shared_config(2);
   const std::string plan = plan_for(2, "run_two_nodes");
-  const RunResult probe = mfsdp(with(run_args(plan, config), {"--nproc-per-node", "2"}));
+  // One thread per rank in all three launches: each launcher shares out only its own node's
+  // cores, and losses compare bit for bit only with the same threads.
+  const RunResult probe =
+      mfsdp(with(run_args(plan, config), {"--nproc-per-node", "2", "--threads", "1"}));
   ASSERT_EQ(probe.exit_code, 0) << probe.err;
   const std::string port = std::to_string(free_port());
   auto node = [&](int rank) {
@@ -287,7 +290,7 @@ TEST(RunCli, TwoLaunchersMakeATwoNodeRun) {
     args.resize(args.size() - 4);  // drop --master-port 0 and the timeout
     return mfsdp(
         with(args, {"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "1",
-                    "--master-port", port, "--collective-timeout", "60"}));
+                    "--master-port", port, "--collective-timeout", "60", "--threads", "1"}));
   };
   auto second = std::async(std::launch::async, node, 1);
   const RunResult first = node(0);

@@ -1,5 +1,9 @@
 // Bad input to `mfsdp run`: each gives a clear error and its documented exit code, and the
 // checks the launcher can make itself come before any worker starts (one line, no prefix).
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -137,17 +141,39 @@ TEST(RunInput, ShapesTakeCommasAsWellAsXs) {
                  "or 3,32,32");
 }
 
-// The first line names the device: cpu when asked, and what auto chose (with its reason when
-// that is the CPU).
-TEST(RunInput, FirstLineSaysWhereRanksTrain) {
-  const RunResult cpu = run({"--device", "cpu"});
+// The threads each worker gets by default: the user's OMP_NUM_THREADS, else this machine's
+// cores shared out among the 2 workers.
+int default_threads() {
+  const char* user = std::getenv("OMP_NUM_THREADS");
+  if (user != nullptr && *user != '\0') return std::atoi(user);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  return std::max(1, CPU_COUNT(&set) / 2);
+}
+
+// The first line names the device (cpu when asked, and what auto chose, with its reason when
+// that is the CPU) and each rank's threads: --threads, or the default.
+TEST(RunInput, FirstLineSaysWhereRanksTrainAndOnHowManyThreads) {
+  const RunResult cpu = run({"--device", "cpu", "--threads", "3"});
   ASSERT_EQ(cpu.exit_code, 0) << cpu.out << cpu.err;
-  EXPECT_NE(cpu.out.find("[rank 0] mfsdp run: 2 rank(s) on cpu, "), std::string::npos) << cpu.out;
+  EXPECT_NE(cpu.out.find("[rank 0] mfsdp run: 2 rank(s) on cpu, 3 threads per rank, "),
+            std::string::npos)
+      << cpu.out;
   const RunResult automatic = run({});
   ASSERT_EQ(automatic.exit_code, 0) << automatic.out << automatic.err;
   const bool on_gpu = automatic.out.find("2 rank(s) on cuda:") != std::string::npos;
   EXPECT_TRUE(on_gpu || automatic.out.find("2 rank(s) on cpu (auto: rank ") != std::string::npos)
       << automatic.out;
+  const int threads = default_threads();
+  if (!on_gpu) {
+    EXPECT_NE(automatic.out.find("), " + std::to_string(threads) +
+                                 (threads == 1 ? " thread" : " threads") + " per rank, "),
+              std::string::npos)
+        << automatic.out;
+  }
+  expect_refused(run({"--threads", "0"}),
+                 "--threads 0 is not allowed; give at least 1 thread per worker");
 }
 
 TEST(RunInput, StepsMustBePositive) {

@@ -207,8 +207,11 @@ executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
   }
   if (!flags.betas.empty()) parse_betas(flags.betas, config.optimizer);
   if (flags.clip_grad_norm != 0) config.clip_grad_norm = flags.clip_grad_norm;
-  if (!(flags.collective_timeout_s > 0)) {
-    fail(ExitCode::kUsage, "--collective-timeout must be a positive number of seconds");
+  // Bounded so that it fits in milliseconds (1e30 or inf overflowed to a negative timeout).
+  constexpr double kMaxCollectiveTimeoutS = 30 * 24 * 3600;
+  if (!(flags.collective_timeout_s > 0 && flags.collective_timeout_s <= kMaxCollectiveTimeoutS)) {
+    fail(ExitCode::kUsage,
+         "--collective-timeout must be a positive number of seconds, at most 2592000 (30 days)");
   }
   config.context.collective_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(flags.collective_timeout_s * 1000));

@@ -87,12 +87,23 @@ json rank_entry_to_json(const RankFileEntry& e) {
 }
 
 RankFileEntry rank_entry_from_json(const json& doc, const std::string& where) {
+  RankFileEntry entry;
   try {
-    return {doc.at("rank").get<int64_t>(), doc.at("file").get<std::string>(),
-            doc.at("bytes").get<int64_t>(), doc.at("sha256").get<std::string>()};
+    entry = {doc.at("rank").get<int64_t>(), doc.at("file").get<std::string>(),
+             doc.at("bytes").get<int64_t>(), doc.at("sha256").get<std::string>()};
   } catch (const json::exception& e) {
     fail(ExitCode::kUsage, where + " is damaged (" + e.what() + "); use another checkpoint");
   }
+  // Rank files lie in the checkpoint directory itself: a path in an edited manifest would
+  // make resume or export read any file the user can.
+  const std::string& file = entry.file;
+  if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
+      file.find('\0') != std::string::npos) {
+    fail(ExitCode::kUsage, where + " names rank file '" + file +
+                               "', which is not a file name in the checkpoint directory (edited "
+                               "or damaged); use another checkpoint");
+  }
+  return entry;
 }
 
 std::string dump_manifest(const Manifest& m) {

@@ -63,6 +63,14 @@ TEST(RunInput, MissingModelFileSaysWhereItsPathCameFrom) {
   expect_refused(run({"--model", "no/such.pt"}), "no/such.pt: no such model file (--model)");
 }
 
+TEST(RunInput, CollectiveTimeoutMustFitInMilliseconds) {
+  for (const char* seconds : {"0", "-1", "1e30", "inf", "nan"}) {
+    expect_refused(run({"--collective-timeout", seconds}),
+                   "--collective-timeout must be a positive number of seconds, at most 2592000 "
+                   "(30 days)");
+  }
+}
+
 TEST(RunInput, MissingPlan) {
   const RunResult r = mfsdp({"run", "no/such.plan.json", "--steps", "1"});
   EXPECT_EQ(r.exit_code, 2);

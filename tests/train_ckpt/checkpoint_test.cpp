@@ -11,6 +11,7 @@
 
 #include "executor/train/checkpoint.h"
 #include "executor/train/checkpoint_format.h"
+#include "schema/error.h"
 #include "tests/executor/parity_config.h"
 #include "tests/train_ckpt/checkpoint_runs.h"
 
@@ -226,6 +227,28 @@ TEST(LatestCheckpoint, PicksTheHighestCompleteStep) {
   make(".step-00000014.saving.tmp", 14, "valid");
   make("step-9", 9, "valid");  // not a checkpoint name
   EXPECT_EQ(executor::latest_checkpoint(dir), dir + "/step-00000010");
+}
+
+// An edited manifest cannot point resume or export at a file outside the checkpoint.
+TEST(CheckpointManifest, RefusesRankFilesOutsideTheCheckpointDirectory) {
+  const std::string dir = fresh_dir("outside");
+  for (const std::string file : {"../../../../etc/passwd", "/etc/passwd", "..", ""}) {
+    executor::Manifest m;
+    m.step = 1;
+    m.ranks.push_back({0, file, 10, std::string(64, '0')});
+    std::ofstream(dir + "/manifest.json") << executor::dump_manifest(m);
+    try {
+      executor::read_manifest(dir);
+      ADD_FAILURE() << "accepted rank file '" << file << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::kUsage);
+      EXPECT_NE(std::string(e.what()).find("names rank file '" + file +
+                                           "', which is not a file name in the checkpoint "
+                                           "directory"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(LatestCheckpoint, NoneInAMissingOrEmptyDirectory) {

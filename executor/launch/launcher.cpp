@@ -147,7 +147,14 @@ class LogFiles {
     }
     for (int rank = first_rank; rank < first_rank + count; ++rank) {
       const std::string file = path(dir, rank);
-      const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      // Never through a link someone planted there: it would truncate whatever it points at.
+      const int fd =
+          open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+      if (fd < 0 && errno == ELOOP) {
+        fail(ExitCode::kIo, "--log-dir " + dir + ": " + file +
+                                " is a symbolic link, and logs are not written through links; "
+                                "remove it or give another directory");
+      }
       if (fd < 0) {
         fail(ExitCode::kIo, "--log-dir " + dir + ": cannot write " + file + " (" +
                                 std::strerror(errno) + "); give a writable directory");

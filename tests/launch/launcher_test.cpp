@@ -445,6 +445,32 @@ TEST(Launcher, WorkerProgramThatCannotRunIsARuntimeError) {
   EXPECT_FALSE(has_children());
 }
 
+TEST(Launcher, LogFileThatIsASymlinkIsRefusedAndItsTargetLeftAlone) {
+  const std::filesystem::path dir = scratch_dir("symlinked_log");
+  const std::filesystem::path target = dir / "precious";
+  std::ofstream(target) << "keep me";
+  std::filesystem::create_directories(dir / "logs");
+  std::filesystem::create_symlink(target, dir / "logs" / "rank-0.log");
+  LaunchOptions options = worker_options({});
+  options.master_port = 0;
+  options.log_dir = (dir / "logs").string();
+  try {
+    launch::launch(options);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kIo);
+    EXPECT_TRUE(contains(e.what(),
+                         "rank-0.log is a symbolic link, and logs are not written "
+                         "through links"))
+        << e.what();
+  }
+  std::ifstream in(target);
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "keep me");
+  EXPECT_FALSE(has_children());
+}
+
 TEST(Launcher, UnwritableLogDirIsAnIoError) {
   const std::filesystem::path file = scratch_dir("unwritable") / "a-file";
   std::ofstream(file) << "not a directory";

@@ -182,6 +182,10 @@ void check_train_config(const TrainConfig& config, int world_size) {
   if (config.checkpoint_every < 0) {
     fail(ExitCode::kUsage, "--checkpoint-every must be 0 or more steps");
   }
+  if (config.keep_checkpoints < 0) {
+    fail(ExitCode::kUsage, "--keep-checkpoints must be 0 (keep all) or more, got " +
+                               std::to_string(config.keep_checkpoints));
+  }
   if ((config.checkpoint_every > 0 || config.resume) && config.checkpoint_dir.empty()) {
     fail(ExitCode::kUsage, std::string(config.resume ? "--resume" : "--checkpoint-every") +
                                " needs --checkpoint-dir");

@@ -194,6 +194,12 @@ TEST(RunInput, BatchNotDivisibleByRanksTimesMicrobatches) {
                  "global batch 6 is not divisible by ranks x microbatches (2 x 2 = 4)");
 }
 
+// Caught before step 1, not at the first save.
+TEST(RunInput, NegativeKeepCheckpoints) {
+  expect_refused(run({"--keep-checkpoints", "-1"}),
+                 "--keep-checkpoints must be 0 (keep all) or more, got -1");
+}
+
 TEST(RunInput, ResumeNeedsACheckpointDirectory) {
   expect_refused(run({"--resume"}), "--resume needs --checkpoint-dir");
 }

@@ -55,8 +55,10 @@ def worker(rank: int, args) -> None:
         loss.backward()
         opt.step()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"rank": rank, "base_rss_bytes": base, "peak_rss_bytes": peak,
-                      "final_rss_bytes": rss_bytes("VmRSS")}), flush=True)
+    line = json.dumps({"rank": rank, "base_rss_bytes": base, "peak_rss_bytes": peak,
+                       "final_rss_bytes": rss_bytes("VmRSS")})
+    # One write(2) per line: the ranks share stdout, and print() may split a line in two.
+    os.write(1, (line + "\n").encode())
     dist.destroy_process_group()
 
 

@@ -102,7 +102,9 @@ struct Context::Impl : planner::UnitHooks {
   Communicator *ag_comm = nullptr, *rs_comm = nullptr, *replica_comm = nullptr,
                *control_comm = nullptr;
   GlooCommunicator* cpu_rs_comm = nullptr;  // rs_comm on the CPU
-  std::vector<std::vector<uint8_t>> slots;  // the plan's static buffers, on the CPU
+  // The plan's static buffers, on the CPU: tensors, so that the counting allocator maps them
+  // and the memory table does not count them again among malloc's objects.
+  std::vector<at::Tensor> slots;
   std::vector<UnitRuntime> units;
   std::unique_ptr<ScheduleCursor> cursor;
   std::unique_ptr<ReduceScatterOrder> rs_order;
@@ -122,7 +124,9 @@ struct Context::Impl : planner::UnitHooks {
   int64_t base_rss = 0, base_file_rss = 0, model_bytes = 0, setup_peak_rss = 0;
   int64_t microbatch_start_bytes = 0;  // tensor bytes alive when this microbatch began
   int64_t activation_peak = 0;         // the most any microbatch held above that
-  bool evaluating = false;             // inside evaluate(): no backward follows
+  int64_t activation_peak_cached = 0;  // the allocator's reuse cache at that moment
+  int64_t base_heap_objects = 0;
+  bool evaluating = false;  // inside evaluate(): no backward follows
 
   ~Impl() override {
     planner::set_unit_hooks(previous_hooks);
@@ -475,7 +479,10 @@ struct Context::Impl : planner::UnitHooks {
     for (int w : rs_order->finish()) issue_reduce_scatter(w);
     wait_for_reductions();
     const int64_t peak = gpu ? gpu->peak_tensor_bytes() : host_memory::peak_tensor_bytes();
-    activation_peak = std::max(activation_peak, peak - microbatch_start_bytes);
+    if (peak - microbatch_start_bytes > activation_peak) {
+      activation_peak = peak - microbatch_start_bytes;
+      activation_peak_cached = gpu ? 0 : host_memory::cached_at_peak_bytes();
+    }
     settle_units();
     if (microbatches_seen++ == 0) report_order(cursor->divergences());
     is_last_microbatch = true;
@@ -621,6 +628,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   host_memory::install();
   impl->base_rss = host_memory::rss_bytes();
   impl->base_file_rss = host_memory::file_rss_bytes();
+  impl->base_heap_objects = host_memory::heap_object_bytes();
   impl->module = planner::load_module(model_path);
   impl->model_bytes = tensor_bytes_of(impl->module);
   const planner::ModelIR ir = planner::extract_model(impl->module, model_path);
@@ -690,7 +698,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
     }
     impl->control_comm = gloo("control", world, *impl->control_stream);
     for (const auto& slot : plan.memory.slots) {
-      impl->slots.emplace_back(static_cast<size_t>(slot.bytes));
+      impl->slots.push_back(at::zeros({slot.bytes}, at::TensorOptions().dtype(at::kByte)));
     }
   }
   if (options.record_timeline) {
@@ -715,7 +723,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
     unit.slot = it == slot_of.end() ? -1 : it->second;
     uint8_t* base = unit.slot == -1 ? nullptr
                     : impl->gpu     ? static_cast<uint8_t*>(impl->gpu->slot(unit.slot))
-                                    : impl->slots[unit.slot].data();
+                                    : impl->slots[unit.slot].data_ptr<uint8_t>();
     int64_t offset = 0;
     unit.groups.reserve(planned.groups.size());
     for (const auto& group : planned.groups) {
@@ -941,7 +949,7 @@ ContextStats Context::stats() const {
       }
     }
   }
-  for (const auto& slot : impl_->slots) s.slot_bytes += static_cast<int64_t>(slot.size());
+  for (const auto& slot : impl_->slots) s.slot_bytes += static_cast<int64_t>(slot.nbytes());
   if (impl_->gpu) s.slot_bytes = impl_->gpu->slot_bytes();
   s.peak_unsharded_bytes = impl_->peak_bytes;
   s.divergences = impl_->divergences;
@@ -951,6 +959,8 @@ ContextStats Context::stats() const {
   s.model_bytes = impl_->model_bytes;
   s.setup_peak_rss_bytes = impl_->setup_peak_rss;
   s.activation_peak_bytes = impl_->activation_peak;
+  s.activation_peak_cached_bytes = impl_->activation_peak_cached;
+  s.runtime_base_heap_object_bytes = impl_->base_heap_objects;
   return s;
 }
 

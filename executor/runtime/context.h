@@ -66,6 +66,10 @@ struct ContextStats {
   int64_t model_bytes = 0;
   int64_t setup_peak_rss_bytes = 0;
   int64_t activation_peak_bytes = 0;
+  // Freed mid-size blocks the CPU allocator kept for reuse at that peak's moment (0 on GPUs).
+  int64_t activation_peak_cached_bytes = 0;
+  // malloc's bytes for objects other than tensors at the base (host_memory.h).
+  int64_t runtime_base_heap_object_bytes = 0;
 };
 
 class Timeline;

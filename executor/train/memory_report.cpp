@@ -11,7 +11,8 @@ int64_t MemoryBreakdown::transient() const {
 }
 
 int64_t MemoryBreakdown::accounted() const {
-  return runtime_base + sharded_params + main_grads + optimizer_state + slots + transient() + code;
+  return runtime_base + sharded_params + main_grads + optimizer_state + slots + transient() +
+         cache + code + heap_objects;
 }
 
 int64_t MemoryBreakdown::other() const {
@@ -35,6 +36,8 @@ nlohmann::json MemoryBreakdown::to_json() const {
                       {"activation_peak_bytes", activation_peak},
                       {"optimizer_step_peak_bytes", optimizer_step_peak},
                       {"code_bytes", code},
+                      {"cache_bytes", cache},
+                      {"heap_object_bytes", heap_objects},
                       {"peak_rss_bytes", peak_rss}};
   if (device == "cpu") j["other_bytes"] = other();
   return j;
@@ -54,6 +57,8 @@ MemoryBreakdown MemoryBreakdown::from_json(const nlohmann::json& j) {
   m.activation_peak = j.at("activation_peak_bytes").get<int64_t>();
   m.optimizer_step_peak = j.at("optimizer_step_peak_bytes").get<int64_t>();
   m.code = j.at("code_bytes").get<int64_t>();
+  m.cache = j.value("cache_bytes", int64_t{0});
+  m.heap_objects = j.value("heap_object_bytes", int64_t{0});
   m.peak_rss = j.at("peak_rss_bytes").get<int64_t>();
   return m;
 }
@@ -81,8 +86,8 @@ std::string gpu_memory_table(const std::vector<MemoryBreakdown>& ranks) {
 
 std::string memory_table(const std::vector<MemoryBreakdown>& ranks) {
   if (!ranks.empty() && ranks.front().device != "cpu") return gpu_memory_table(ranks);
-  const char* headers[] = {"base",        "params",     "grads", "optimizer", "slots",
-                           "activations", "optim step", "code",  "other",     "peak RSS"};
+  const char* headers[] = {"base",       "params", "grads", "optimizer", "slots", "activations",
+                           "optim step", "cache",  "code",  "objects",   "other", "peak RSS"};
   std::ostringstream out;
   out << "memory per rank, MiB (docs/run.md#memory):\n" << std::setw(8) << "";
   for (const char* h : headers) out << std::setw(12) << h;
@@ -92,7 +97,8 @@ std::string memory_table(const std::vector<MemoryBreakdown>& ranks) {
   for (const MemoryBreakdown& m : ranks) {
     out << "rank " << std::setw(3) << std::left << m.rank << std::right;
     for (int64_t v : {m.runtime_base, m.sharded_params, m.main_grads, m.optimizer_state, m.slots,
-                      m.activation_peak, m.optimizer_step_peak, m.code, m.other(), m.peak_rss}) {
+                      m.activation_peak, m.optimizer_step_peak, m.cache, m.code, m.heap_objects,
+                      m.other(), m.peak_rss}) {
       out << std::setw(12) << mib(v);
     }
     const int64_t above_base = m.peak_rss - m.runtime_base;

@@ -30,11 +30,19 @@ struct MemoryBreakdown {
   // (growth of the file-backed RSS, read at the end: the first step's kernels, the
   // interpreter, Gloo), which a model of any size pays once.
   int64_t code = 0;
+  // Freed mid-size tensor blocks the allocator kept for reuse, at the moment of the larger
+  // transient's peak (host_memory.h).
+  int64_t cache = 0;
+  // malloc's bytes for everything but tensors, added since the base and alive at the end: the
+  // TorchScript module's code and graphs, the interpreter's and autograd's structures, the
+  // communicators' buffers.
+  int64_t heap_objects = 0;
   int64_t peak_rss = 0;  // RSS high-water mark of training (after set-up)
 
   // The two transients never coexist: activations are gone before the optimizer steps.
   int64_t transient() const;
-  // Base + persistent state + the larger transient + code: what the peak should be.
+  // Base + persistent state + the larger transient + cache + code + heap objects: what the
+  // peak should be.
   int64_t accounted() const;
   // Peak RSS less what is accounted for: allocator overhead, code, anything unexplained.
   int64_t other() const;

@@ -226,6 +226,7 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   // mark is training's.
   host_memory::reset_peak_rss();
   int64_t optimizer_step_peak = 0;
+  int64_t optimizer_step_peak_cached = 0;  // the allocator's reuse cache at that moment
 
   TrainingState state;
   state.config = config.describe();
@@ -308,9 +309,12 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
     host_memory::reset_peak();
     optimizer.step();
     // Temporaries only: state the step created (the first step's moments) stays counted.
-    optimizer_step_peak =
-        std::max(optimizer_step_peak, host_memory::peak_tensor_bytes() -
-                                          std::max(bytes_before_step, host_memory::tensor_bytes()));
+    const int64_t step_peak =
+        host_memory::peak_tensor_bytes() - std::max(bytes_before_step, host_memory::tensor_bytes());
+    if (step_peak > optimizer_step_peak) {
+      optimizer_step_peak = step_peak;
+      optimizer_step_peak_cached = host_memory::cached_at_peak_bytes();
+    }
     ctx->zero_grad();
     if (timeline) timeline->record("compute", "optimizer step", optimizer_us, Timeline::now_us());
     record.loss = ctx->mean_over_ranks(record.local_loss);
@@ -383,7 +387,14 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   memory.slots = stats.slot_bytes;
   memory.activation_peak = stats.activation_peak_bytes;
   // Host tensors only: on a GPU the optimizer's temporaries are not counted.
-  if (memory.device == "cpu") memory.optimizer_step_peak = optimizer_step_peak;
+  if (memory.device == "cpu") {
+    memory.optimizer_step_peak = optimizer_step_peak;
+    memory.cache = memory.activation_peak >= optimizer_step_peak
+                       ? stats.activation_peak_cached_bytes
+                       : optimizer_step_peak_cached;
+    memory.heap_objects = std::max<int64_t>(
+        0, host_memory::heap_object_bytes() - stats.runtime_base_heap_object_bytes);
+  }
   memory.peak_rss = host_memory::peak_rss_bytes();
   memory.code =
       std::max<int64_t>(0, host_memory::file_rss_bytes() - stats.runtime_base_file_rss_bytes);

@@ -3,6 +3,7 @@
 // once the model is sharded, holds no copy of the model's full parameters.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -40,6 +41,50 @@ TEST(HostMemory, CountsLiveAndPeakBytesOfSmallAndMappedTensors) {
   EXPECT_GE(host_memory::peak_tensor_bytes() - before, 4 * kMiB + 400);
   host_memory::reset_peak();
   EXPECT_EQ(host_memory::peak_tensor_bytes(), host_memory::tensor_bytes());
+}
+
+// A step asks for the sizes the one before it freed: a freed mid-size block is kept and the
+// next tensor of its size gets it back, so no system call, no page fault and no hole in
+// malloc's heap.
+TEST(HostMemory, ReusesAFreedMidSizeBlockForTheNextTensorOfItsSize) {
+  host_memory::install();
+  const int64_t numel = 64 * 1024;  // 256 KiB: between kReusedBytes and kMappedBytes
+  static_assert(64 * 1024 * 4 >= host_memory::kReusedBytes &&
+                64 * 1024 * 4 < host_memory::kMappedBytes);
+  const int64_t tensors = host_memory::tensor_bytes();
+  const void* first = nullptr;
+  int64_t cached_after_free = 0;
+  {
+    at::Tensor a = torch::full({numel}, 3.0f);
+    first = a.data_ptr();
+    EXPECT_EQ(host_memory::tensor_bytes() - tensors, numel * 4);
+    const int64_t cached_before_free = host_memory::cached_bytes();
+    a.reset();
+    cached_after_free = host_memory::cached_bytes();
+    EXPECT_GE(cached_after_free - cached_before_free, numel * 4);
+  }
+  EXPECT_EQ(host_memory::tensor_bytes(), tensors);
+  at::Tensor b = torch::full({numel}, 5.0f);
+  EXPECT_EQ(b.data_ptr(), first);
+  EXPECT_LT(host_memory::cached_bytes(), cached_after_free);
+  EXPECT_EQ(b.sum().item<double>(), 5.0 * static_cast<double>(numel));
+  // A tensor of another size does not take it.
+  at::Tensor c = torch::full({numel + 4096}, 1.0f);
+  EXPECT_NE(c.data_ptr(), first);
+}
+
+// malloc's bytes for objects leave out the blocks of small tensors, and count other buffers.
+TEST(HostMemory, HeapObjectsLeaveOutTensorsAndCountOtherAllocations) {
+  host_memory::install();
+  const int64_t before = host_memory::heap_object_bytes();
+  std::vector<at::Tensor> small;
+  for (int i = 0; i < 100; ++i) small.push_back(torch::ones({1000}, torch::kFloat));  // 4 KB
+  // Only the tensors' C++ objects and malloc's headers, a few hundred bytes per tensor, never
+  // the blocks' 400 KB.
+  EXPECT_LT(std::abs(host_memory::heap_object_bytes() - before), 100 * 1000);
+  std::vector<char> buffer(2 * kMiB, 'x');
+  EXPECT_GE(host_memory::heap_object_bytes() - before, 2 * kMiB);
+  EXPECT_EQ(buffer[kMiB], 'x');
 }
 
 TEST(HostMemory, ReadsTheResidentSetAndItsHighWaterMark) {
@@ -193,7 +238,8 @@ std::string one_rank_plan(const std::string& name) {
 }
 
 // After set-up and after a training step, the tensors alive are the plan's per-rank state
-// and the optimizer's, nothing like a second copy of the model (with one rank the shards are
+// (shards, main gradients and slots) and the optimizer's, nothing like a second copy of the
+// model (with one rank the shards are
 // the whole model, so a leftover copy would add all of model_bytes).
 TEST(ContextMemory, HoldsNoCopyOfTheModelAndMeasuresTheActivationPeak) {
   host_memory::install();
@@ -205,7 +251,7 @@ TEST(ContextMemory, HoldsNoCopyOfTheModelAndMeasuresTheActivationPeak) {
   ASSERT_GT(stats.model_bytes, 0);
   EXPECT_GT(stats.runtime_base_rss_bytes, 0);
   EXPECT_GE(stats.setup_peak_rss_bytes, stats.runtime_base_rss_bytes);
-  const int64_t state = stats.sharded_param_bytes + stats.sharded_grad_bytes;
+  const int64_t state = stats.sharded_param_bytes + stats.sharded_grad_bytes + stats.slot_bytes;
   EXPECT_LT(host_memory::tensor_bytes() - before, state + stats.model_bytes / 4);
 
   OptimizerConfig adamw;

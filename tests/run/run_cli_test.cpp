@@ -217,10 +217,14 @@ TEST(RunCli, TwoRanksTrainLikeOneProcessOnTheGlobalBatch) {
     EXPECT_GE(m.at("setup_peak_rss_bytes").get<int64_t>(),
               m.at("runtime_base_bytes").get<int64_t>());
     int64_t accounted = m.at("peak_rss_bytes").get<int64_t>() - m.at("other_bytes").get<int64_t>();
-    // Training pages in some of LibTorch's code the base had not touched.
+    // Training pages in some of LibTorch's code the base had not touched, and the loaded
+    // module's code and graphs are objects on malloc's heap.
     EXPECT_GT(m.at("code_bytes").get<int64_t>(), 0);
-    for (const char* part : {"runtime_base_bytes", "sharded_param_bytes", "main_grad_bytes",
-                             "optimizer_state_bytes", "slot_bytes", "code_bytes"}) {
+    EXPECT_GT(m.at("heap_object_bytes").get<int64_t>(), 0);
+    EXPECT_GE(m.at("cache_bytes").get<int64_t>(), 0);
+    for (const char* part :
+         {"runtime_base_bytes", "sharded_param_bytes", "main_grad_bytes", "optimizer_state_bytes",
+          "slot_bytes", "cache_bytes", "code_bytes", "heap_object_bytes"}) {
       accounted -= m.at(part).get<int64_t>();
     }
     EXPECT_EQ(accounted, std::max(m.at("activation_peak_bytes").get<int64_t>(),

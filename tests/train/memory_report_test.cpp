@@ -22,18 +22,20 @@ MemoryBreakdown sample() {
   m.activation_peak = 300 * kMiB;
   m.optimizer_step_peak = 120 * kMiB;
   m.code = 20 * kMiB;
-  m.peak_rss = 1420 * kMiB;
+  m.cache = 6 * kMiB;
+  m.heap_objects = 4 * kMiB;
+  m.peak_rss = 1430 * kMiB;
   return m;
 }
 
-TEST(MemoryBreakdown, OtherIsThePeakLessTheBaseTheStateTheLargerTransientAndCode) {
+TEST(MemoryBreakdown, OtherIsThePeakLessTheBaseTheStateTheLargerTransientCacheCodeAndObjects) {
   MemoryBreakdown m = sample();
   EXPECT_EQ(m.transient(), 300 * kMiB);
-  EXPECT_EQ(m.accounted(), (150 + 200 + 200 + 400 + 100 + 300 + 20) * kMiB);
+  EXPECT_EQ(m.accounted(), (150 + 200 + 200 + 400 + 100 + 300 + 6 + 20 + 4) * kMiB);
   EXPECT_EQ(m.other(), 50 * kMiB);
   m.optimizer_step_peak = 350 * kMiB;  // the optimizer's temporaries are the larger now
   EXPECT_EQ(m.other(), 0);
-  EXPECT_EQ(m.process_peak_rss(), 1420 * kMiB);
+  EXPECT_EQ(m.process_peak_rss(), 1430 * kMiB);
   m.setup_peak_rss = 1500 * kMiB;
   EXPECT_EQ(m.process_peak_rss(), 1500 * kMiB);
 }
@@ -43,6 +45,8 @@ TEST(MemoryBreakdown, MetricsRecordRoundTripsAndCarriesOther) {
   const nlohmann::json j = m.to_json();
   EXPECT_EQ(j.at("other_bytes").get<int64_t>(), 50 * kMiB);
   EXPECT_EQ(j.at("code_bytes").get<int64_t>(), 20 * kMiB);
+  EXPECT_EQ(j.at("cache_bytes").get<int64_t>(), 6 * kMiB);
+  EXPECT_EQ(j.at("heap_object_bytes").get<int64_t>(), 4 * kMiB);
   EXPECT_EQ(j.at("device").get<std::string>(), "cpu");
   EXPECT_EQ(MemoryBreakdown::from_json(j).to_json(), j);
 }
@@ -54,11 +58,13 @@ TEST(MemoryBreakdown, CpuTableHasOneRowPerRankWithOtherAsAShareOfThePeakAboveThe
   EXPECT_EQ(table.rfind("memory per rank, MiB (docs/run.md#memory):\n", 0), 0u) << table;
   EXPECT_NE(table.find("rank 0 "), std::string::npos) << table;
   EXPECT_NE(table.find("rank 1 "), std::string::npos) << table;
-  // code 20 MiB; other 50 MiB of 1270 MiB above the base
-  EXPECT_NE(table.find(" code "), std::string::npos) << table;
-  EXPECT_NE(table.find(" 20.0"), std::string::npos) << table;
-  EXPECT_NE(table.find(" 50.0"), std::string::npos) << table;
-  EXPECT_NE(table.find("3.9 %"), std::string::npos) << table;
+  // cache 6, code 20, objects 4 MiB; other 50 MiB of 1280 MiB above the base
+  for (const char* column : {" cache ", " code ", " objects "}) {
+    EXPECT_NE(table.find(column), std::string::npos) << table;
+  }
+  for (const char* value : {" 6.0", " 20.0", " 4.0", " 50.0", "3.9 %"}) {
+    EXPECT_NE(table.find(value), std::string::npos) << table;
+  }
 }
 
 TEST(MemoryBreakdown, GpuTableShowsDeviceColumnsAndNoOther) {
@@ -68,7 +74,7 @@ TEST(MemoryBreakdown, GpuTableShowsDeviceColumnsAndNoOther) {
   const std::string table = memory_table({m});
   EXPECT_EQ(table.rfind("GPU memory per rank, MiB", 0), 0u) << table;
   EXPECT_EQ(table.find("other"), std::string::npos) << table;
-  EXPECT_NE(table.find("1420.0"), std::string::npos) << table;  // the host's peak RSS
+  EXPECT_NE(table.find("1430.0"), std::string::npos) << table;  // the host's peak RSS
 }
 
 }  // namespace

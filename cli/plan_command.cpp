@@ -14,6 +14,7 @@
 #include "planner/sharding_scope.h"
 #include "planner/trace_input.h"
 #include "schema/error.h"
+#include "schema/model_path.h"
 #include "schema/plan.h"
 #include "schema/plan_json.h"
 
@@ -94,7 +95,7 @@ std::vector<planner::UnitSelector> selectors_in_flag_order(const CLI::App& cmd,
   return out;
 }
 
-void print_summary(const schema::Plan& plan, const std::string& output) {
+void print_summary(const schema::Plan& plan, const std::string& model, const std::string& output) {
   auto& err = std::cerr;
   auto join = [](const std::vector<std::string>& items, const char* sep) {
     std::string out;
@@ -107,7 +108,7 @@ void print_summary(const schema::Plan& plan, const std::string& output) {
     }
     return out;
   };
-  err << "mfsdp plan: " << plan.model.path << " -> " << output << "\n";
+  err << "mfsdp plan: " << model << " -> " << output << "\n";
   err << "  mesh         world " << plan.mesh.world_size << " = shard " << plan.mesh.shard_size
       << " x replicate " << plan.mesh.replicate_size << "\n";
   err << "  units        " << plan.units.size() << " (roots: " << join(plan.roots, ", ") << ")\n";
@@ -299,9 +300,11 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   }
 
   const std::string output = flags.output.empty() ? default_output(flags.model) : flags.output;
+  // Relative to the plan file, so that `mfsdp run` finds the model from any directory.
+  plan.model.path = schema::model_path_for_plan(flags.model, output);
   schema::write_file_atomically(output, schema::dump_plan(plan));
   if (flags.json_summary) print_json_summary(plan, output);
-  if (!flags.quiet && !flags.json_summary) print_summary(plan, output);
+  if (!flags.quiet && !flags.json_summary) print_summary(plan, flags.model, output);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/byte_size.h"
+#include "schema/model_path.h"
 #include "schema/plan_json.h"
 
 namespace mfsdp::cli {
@@ -103,7 +104,8 @@ std::string entry_actions(const schema::ScheduleEntry& entry,
 void write_header(std::ostream& out, const schema::Plan& plan, const std::string& file) {
   const schema::Policy& policy = plan.policy;
   out << file << " (" << plan.schema << ", " << plan.generator << ")\n";
-  out << pad("model", kLabelWidth) << plan.model.path << ": "
+  // Where the model is from here (model.path is relative to the plan file).
+  out << pad("model", kLabelWidth) << schema::locate_model(plan.model.path, file).path << ": "
       << plural(plan.model.modules, "module") << ", " << plural(plan.model.parameters, "parameter")
       << " (" << plural(plan.model.parameter_numel, "element") << ")\n";
   out << pad("mesh", kLabelWidth) << "world " << plan.mesh.world_size << " = shard "

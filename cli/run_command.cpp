@@ -18,6 +18,7 @@
 #include "executor/runtime/gpu_runtime.h"
 #include "executor/train/trainer.h"
 #include "schema/error.h"
+#include "schema/model_path.h"
 #include "schema/plan_json.h"
 
 namespace mfsdp::cli {
@@ -179,16 +180,26 @@ executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
   executor::TrainConfig config = flags.train;
   config.plan_path = flags.plan;
   const bool model_from_plan = config.model_path.empty();
-  if (model_from_plan) config.model_path = plan.model.path;
+  if (model_from_plan) {
+    const schema::ModelLocation model = schema::locate_model(plan.model.path, flags.plan);
+    config.model_path = model.path;
+    if (model.from_current_directory) {
+      std::cerr << "mfsdp: warning: " << flags.plan << " names model " << plan.model.path
+                << ", which is not beside the plan (model.path is relative to the plan file); "
+                   "using "
+                << plan.model.path
+                << " in the current directory, as plans made before that rule meant; re-plan, "
+                   "or pass --model\n";
+    }
+  }
   // Caught here, once, instead of by every rank's loader: say where the path came from.
   std::error_code error;
   if (!std::filesystem::is_regular_file(config.model_path, error)) {
     if (model_from_plan) {
-      fail(ExitCode::kUsage,
-           config.model_path + ": no such model file; " + flags.plan +
-               " names it as `mfsdp plan` was given it, so a relative path is read from the "
-               "current directory: run from the directory the plan was made in, or pass "
-               "--model PATH");
+      fail(ExitCode::kUsage, config.model_path + ": no such model file; " + flags.plan +
+                                 " names it as " + plan.model.path +
+                                 ", relative to the plan file's directory; move the model "
+                                 "there, or pass --model PATH");
     }
     fail(ExitCode::kUsage, config.model_path + ": no such model file (--model)");
   }
@@ -357,10 +368,9 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("plan", flags->plan, "Plan file written by mfsdp plan")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option(
-      "--model", t.model_path,
-      "TorchScript model (default: the path recorded in the plan, as `mfsdp plan` was given "
-      "it: a relative one is read from the current directory)");
+  cmd->add_option("--model", t.model_path,
+                  "TorchScript model (default: the plan's model.path, relative to the plan file's "
+                  "directory)");
 
   const char* launcher = "Launcher";
   cmd->add_option("--nproc-per-node", flags->nproc_per_node,

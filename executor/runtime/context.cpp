@@ -121,6 +121,7 @@ struct Context::Impl : planner::UnitHooks {
   std::exception_ptr pending_error;
   std::unique_ptr<Timeline> timeline;  // when recording
   int64_t exposed_us = 0;              // compute blocked on collectives, summed
+  std::string model_path;              // as create() was given it
   int64_t base_rss = 0, base_file_rss = 0, model_bytes = 0, setup_peak_rss = 0;
   int64_t microbatch_start_bytes = 0;  // tensor bytes alive when this microbatch began
   int64_t activation_peak = 0;         // the most any microbatch held above that
@@ -629,6 +630,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   impl->base_rss = host_memory::rss_bytes();
   impl->base_file_rss = host_memory::file_rss_bytes();
   impl->base_heap_objects = host_memory::heap_object_bytes();
+  impl->model_path = model_path;
   impl->module = planner::load_module(model_path);
   impl->model_bytes = tensor_bytes_of(impl->module);
   const planner::ModelIR ir = planner::extract_model(impl->module, model_path);
@@ -792,6 +794,9 @@ c10::IValue Context::forward(std::vector<c10::IValue> inputs) {
     if (impl_->pending_error) std::rethrow_exception(impl_->pending_error);
     throw;
   }
+}
+const std::string& Context::model_path() const {
+  return impl_->model_path;
 }
 const schema::Plan& Context::plan() const {
   return impl_->plan;

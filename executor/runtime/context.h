@@ -86,6 +86,7 @@ class Context {
   // the original mfsdp::Error (with its exit code) rather than the interpreter's wrapper.
   c10::IValue forward(std::vector<c10::IValue> inputs);
   const schema::Plan& plan() const;
+  const std::string& model_path() const;  // the file create() loaded the model from
   int rank() const;
   int world_size() const;
   // Where parameters, gradients and the model's computation live: feed inputs on it.

@@ -133,7 +133,7 @@ void publish(Context& context, ShardedOptimizer& optimizer, const TrainingState&
   manifest.step = state.step;
   manifest.mesh = plan.mesh;
   manifest.model_path =
-      fs::absolute(state.model_path.empty() ? plan.model.path : state.model_path).string();
+      fs::absolute(state.model_path.empty() ? context.model_path() : state.model_path).string();
   manifest.model_structural_hash = plan.model.structural_hash;
   manifest.optimizer = optimizer_json(optimizer.config());
   manifest.config = state.config.is_null() ? nlohmann::json::object() : state.config;

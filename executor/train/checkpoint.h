@@ -25,8 +25,8 @@ class ShardedOptimizer;
 struct TrainingState {
   int64_t step = 0;       // completed optimizer steps
   nlohmann::json config;  // training flags, recorded for people and sanity checks
-  // The model file the run loaded, recorded (made absolute) for export. Empty: the plan's
-  // model.path. Not restored by load_checkpoint.
+  // The model file the run loaded, recorded (made absolute) for export. Empty: the one the
+  // context loaded. Not restored by load_checkpoint.
   std::string model_path;
 };
 

@@ -64,18 +64,18 @@ TEST(DiffCli, IdenticalPlansExitZeroAndPrintNothing) {
 }
 
 TEST(DiffCli, ModelPathIsIgnoredUnlessIncluded) {
-  const std::string moved = temp_path("diff_dot_path.plan.json");
-  ASSERT_EQ(mfsdp({"plan", "./tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
-                   "--unit", "<root>", "-o", moved, "-q"})
+  // The same model named by its absolute path: recorded as it is.
+  const std::string absolute = kRepo + "/tests/fixtures/tied_lm.pt";
+  const std::string moved = temp_path("diff_absolute_path.plan.json");
+  ASSERT_EQ(mfsdp({"plan", absolute, "--world-size", "2", "--unit", "layers.*", "--unit", "<root>",
+                   "-o", moved, "-q"})
                 .exit_code,
             0);
   EXPECT_EQ(mfsdp({"diff", plan_of("base"), moved}).exit_code, 0);
   const RunResult r = mfsdp({"diff", plan_of("base"), moved, "--include", "model.path"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_TRUE(contains(r.out,
-                       "~ model.path \"tests/fixtures/tied_lm.pt\" → "
-                       "\"./tests/fixtures/tied_lm.pt\""))
-      << r.out;
+  EXPECT_TRUE(contains(r.out, "~ model.path \"../")) << r.out;  // relative to the base plan
+  EXPECT_TRUE(contains(r.out, "tests/fixtures/tied_lm.pt\" → \"" + absolute + "\"")) << r.out;
 }
 
 TEST(DiffCli, NewUnitsAreAddedWithTheirOrderPositionsAndDiagnostics) {

@@ -1,5 +1,6 @@
 // `mfsdp plan` as a user runs it: the real binary in a subprocess, from the repository root.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -52,11 +53,14 @@ TEST(PlanCli, EveryGoldenPlanIsReproducedByteForByte) {
     words >> name;
     std::vector<std::string> args = {"plan"};
     while (words >> word) args.push_back(word);
-    const std::string out = temp_path(name + ".plan.json");
+    // Beside the golden one: a plan records its model relative to its own directory.
+    const std::string out =
+        kRepo + "/plans/.plan-cli-test." + std::to_string(::getpid()) + "." + name + ".plan.json";
     args.insert(args.end(), {"-o", out, "--quiet"});
     const RunResult r = mfsdp(args);
     ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
     const std::string got = read_file(out);
+    std::remove(out.c_str());
     const std::string golden = read_file(kRepo + "/plans/" + name + ".plan.json");
     EXPECT_TRUE(got == golden) << name << " drifted from its golden plan at line "
                                << first_difference(got, golden)

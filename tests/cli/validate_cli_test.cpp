@@ -178,7 +178,7 @@ TEST(ValidateCli, UnusableInputsExitWith2AndOneLine) {
   const std::string golden = read_file(kRepo + "/plans/tied_lm.plan.json");
   expect_unusable(write_temp("truncated.plan.json", golden.substr(0, 3000)),
                   "not valid JSON: syntax error while parsing object key - unexpected end of "
-                  "input; expected string literal (line 120 column 13)");
+                  "input; expected string literal (line 120 column 10)");
   expect_unusable(write_temp("huge.plan.json", R"({"schema": 1e400})"),
                   "not valid JSON: number overflow parsing '1e400' (line 1 column 16)");
   expect_unusable(

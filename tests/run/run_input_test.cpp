@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -50,7 +51,7 @@ void expect_refused(const RunResult& r, const std::string& message) {
 }
 
 TEST(RunInput, MissingModelFileSaysWhereItsPathCameFrom) {
-  // The plan names the model relative to where it was made; run from elsewhere.
+  // The plan names a model that is not beside it.
   std::ifstream in(two_rank_plan());
   nlohmann::json plan = nlohmann::json::parse(in);
   plan["model"]["path"] = "no/such/model.pt";
@@ -58,9 +59,52 @@ TEST(RunInput, MissingModelFileSaysWhereItsPathCameFrom) {
   std::ofstream(path) << plan.dump(2);
   const RunResult r = mfsdp({"run", path, "--nproc-per-node", "2", "--steps", "1"});
   expect_refused(r, "no/such/model.pt: no such model file; " + path +
-                        " names it as `mfsdp plan` was given it");
+                        " names it as no/such/model.pt, relative to the plan file's directory");
   EXPECT_NE(r.err.find("or pass --model PATH"), std::string::npos) << r.err;
   expect_refused(run({"--model", "no/such.pt"}), "no/such.pt: no such model file (--model)");
+}
+
+// A plan records its model relative to itself: made in one directory, moved with its model
+// and run from another, it still finds the model.
+TEST(RunInput, FindsTheModelBesideThePlanFromAnyDirectory) {
+  namespace fs = std::filesystem;
+  const fs::path made = temp_path("plan_and_model"), moved = temp_path("plan_and_model_moved");
+  fs::remove_all(made);
+  fs::remove_all(moved);
+  fs::create_directories(made / "models");
+  fs::create_directories(made / "plans");
+  fs::copy_file(kRepo + "/tests/fixtures/tied_lm.pt", made / "models" / "tied_lm.pt");
+  const RunResult planned =
+      run_program(MFSDP_BINARY,
+                  {"plan", "models/tied_lm.pt", "--world-size", "2", "--unit", "layers.*", "--unit",
+                   "<root>", "-o", "plans/tied.plan.json", "-q"},
+                  made.string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  std::ifstream in(made / "plans" / "tied.plan.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["model"]["path"], "../models/tied_lm.pt");
+  fs::rename(made, moved);
+  const RunResult r = mfsdp({"run", (moved / "plans" / "tied.plan.json").string(), "--steps", "1",
+                             "--global-batch", "4", "--input-shape", "8", "--master-port", "0"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+}
+
+// A plan made before that rule named the model from where `mfsdp plan` ran: run from there,
+// it still works, with a warning that says why and how to silence it.
+TEST(RunInput, OldPlansModelFromTheCurrentDirectoryRunsWithAWarning) {
+  std::ifstream in(two_rank_plan());
+  nlohmann::json plan = nlohmann::json::parse(in);
+  plan["model"]["path"] = "tests/fixtures/tied_lm.pt";  // as typed in the repository root
+  const std::string path = temp_path("old_style.plan.json");
+  std::ofstream(path) << plan.dump(2);
+  const RunResult r = mfsdp({"run", path, "--steps", "1", "--global-batch", "4", "--input-shape",
+                             "8", "--master-port", "0"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("mfsdp: warning: " + path +
+                       " names model tests/fixtures/tied_lm.pt, which is not beside the plan"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("re-plan, or pass --model"), std::string::npos) << r.err;
 }
 
 TEST(RunInput, CollectiveTimeoutMustFitInMilliseconds) {

@@ -1,0 +1,290 @@
+// The documentation's examples, run (docs/ci.md#the-docs-test): every `$ command` line in
+// a fenced block of README.md and docs/*.md runs from the repository root, in the file's order,
+// with /tmp/ redirected to a scratch directory; it must exit 0 (or the code a directive names),
+// and the lines the doc shows after it must be what it prints (stdout and stderr together).
+//
+// A command that the doc shows failing (an `error: ` line in its output, or `$ echo $?` after
+// it) must fail; `$ cat /tmp/FILE` with the file's text shown makes that file first.
+//
+// Directives, an HTML comment on its own line just before a block:
+//   <!-- docs-test: skip REASON -->   not run here (several hosts, a GPU, ...)
+//   <!-- docs-test: file PATH -->     the block is a file's text: written to PATH, not run
+//   <!-- docs-test: exit N -->        each command of the block exits N
+//   <!-- docs-test: numbers vary -->  digits in the shown output match any digits
+// In shown output a line `...` stands for any number of lines, and `...` inside a line for
+// any text.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/cli/subprocess.h"
+
+namespace mfsdp::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kRepo = MFSDP_SOURCE_DIR;
+const std::string kBinaryDir = fs::path(MFSDP_BINARY).parent_path().string();
+
+struct Example {
+  int line = 0;  // of the command, 1-based
+  std::string command;
+  std::vector<std::string> shown;  // the output lines after it
+};
+
+struct Block {
+  int line = 0;
+  std::vector<std::string> directives;
+  std::vector<std::string> text;
+  std::vector<Example> examples;
+};
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  const auto e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+std::vector<Block> read_blocks(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<Block> blocks;
+  std::vector<std::string> pending;  // directives seen since the last block
+  std::string line;
+  int number = 0;
+  bool inside = false;
+  Block block;
+  while (std::getline(in, line)) {
+    ++number;
+    const std::string t = trim(line);
+    if (!inside) {
+      if (starts_with(t, "<!-- docs-test:")) {
+        pending.push_back(trim(t.substr(15, t.size() - 15 - (t.size() >= 3 ? 3 : 0))));
+      } else if (starts_with(t, "```")) {
+        inside = true;
+        block = Block{};
+        block.line = number;
+        block.directives = std::move(pending);
+        pending.clear();
+      } else if (!t.empty()) {
+        pending.clear();
+      }
+      continue;
+    }
+    if (starts_with(t, "```")) {
+      inside = false;
+      blocks.push_back(block);
+      continue;
+    }
+    block.text.push_back(line);
+  }
+  for (Block& b : blocks) {
+    for (size_t i = 0; i < b.text.size(); ++i) {
+      const std::string& l = b.text[i];
+      if (starts_with(l, "$ ")) {
+        Example e;
+        e.line = b.line + 1 + static_cast<int>(i);
+        e.command = l.substr(2);
+        // Continuation lines: a trailing backslash.
+        while (!e.command.empty() && e.command.back() == '\\' && i + 1 < b.text.size()) {
+          e.command += "\n" + b.text[++i];
+        }
+        b.examples.push_back(e);
+      } else if (!b.examples.empty()) {
+        b.examples.back().shown.push_back(l);
+      }
+    }
+  }
+  return blocks;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+    s.replace(at, from.size(), to);
+  }
+  return s;
+}
+
+std::string digits_as_hash(const std::string& s) {
+  static const std::regex number("[0-9]+(\\.[0-9]+)?");
+  return std::regex_replace(s, number, "#");
+}
+
+// `...` inside a shown line matches any text.
+bool line_matches(const std::string& shown, const std::string& actual) {
+  if (shown.find("...") == std::string::npos) return shown == actual;
+  std::vector<std::string> parts;
+  size_t from = 0;
+  for (size_t at; (at = shown.find("...", from)) != std::string::npos; from = at + 3) {
+    parts.push_back(shown.substr(from, at - from));
+  }
+  parts.push_back(shown.substr(from));
+  if (!starts_with(actual, parts.front())) return false;
+  size_t pos = parts.front().size();
+  for (size_t p = 1; p + 1 < parts.size(); ++p) {
+    pos = actual.find(parts[p], pos);
+    if (pos == std::string::npos) return false;
+    pos += parts[p].size();
+  }
+  const std::string& last = parts.back();
+  return actual.size() >= pos + last.size() &&
+         actual.compare(actual.size() - last.size(), last.size(), last) == 0;
+}
+
+// Shown lines against actual ones; a shown `...` line matches any number of lines.
+bool lines_match(const std::vector<std::string>& shown, size_t s,
+                 const std::vector<std::string>& actual, size_t a) {
+  if (s == shown.size()) return a == actual.size();
+  if (trim(shown[s]) == "...") {
+    for (size_t skip = a; skip <= actual.size(); ++skip) {
+      if (lines_match(shown, s + 1, actual, skip)) return true;
+    }
+    return false;
+  }
+  return a < actual.size() && line_matches(shown[s], actual[a]) &&
+         lines_match(shown, s + 1, actual, a + 1);
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::stringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    // A terminal would have drawn over a carriage-returned line: keep what is left.
+    const auto cr = line.rfind('\r');
+    if (cr != std::string::npos) line = line.substr(cr + 1);
+    lines.push_back(line);
+  }
+  while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();
+  return lines;
+}
+
+std::string directive_value(const Block& b, const std::string& name) {
+  for (const std::string& d : b.directives) {
+    if (d == name || starts_with(d, name + " "))
+      return d == name ? "" : trim(d.substr(name.size()));
+  }
+  return "\x01";  // absent
+}
+
+bool has(const Block& b, const std::string& name) {
+  return directive_value(b, name) != "\x01";
+}
+
+class DocsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DocsTest, ExamplesRunAndPrintWhatTheyShow) {
+  const std::string doc = GetParam();
+  const fs::path scratch =
+      fs::path(::testing::TempDir()) / ("docs_" + fs::path(doc).stem().string());
+  fs::remove_all(scratch);
+  fs::create_directories(scratch);
+  const std::string tmp = scratch.string() + "/";
+  int ran = 0;
+  for (const Block& block : read_blocks(kRepo + "/" + doc)) {
+    if (has(block, "skip")) continue;
+    if (has(block, "file")) {
+      const std::string path = replace_all(directive_value(block, "file"), "/tmp/", tmp);
+      fs::create_directories(fs::path(path).parent_path());
+      std::ofstream out(path.front() == '/' ? path : kRepo + "/" + path);
+      for (const std::string& l : block.text) out << l << "\n";
+      continue;
+    }
+    if (block.examples.empty()) continue;
+    const std::string exit_text = directive_value(block, "exit");
+    const bool numbers_vary = has(block, "numbers vary");
+    // One shell per block, so that `$ echo $?` sees the command before it; each command's
+    // output ends with a marker line that carries its exit status.
+    const std::string marker = "@@docs-test-exit@@ ";
+    // `$ cat /tmp/FILE` followed by its text shows a file the reader is to make: make it.
+    for (const Example& e : block.examples) {
+      if (starts_with(e.command, "cat /tmp/") && e.command.find(' ', 4) == std::string::npos &&
+          !e.shown.empty()) {
+        std::ofstream out(replace_all(e.command.substr(4), "/tmp/", tmp));
+        for (const std::string& l : e.shown) out << l << "\n";
+      }
+    }
+    std::string script = "export PATH='" + kBinaryDir + "':\"$PATH\"\n";
+    for (const Example& e : block.examples) {
+      script += "(exit $__status)\n" + replace_all(e.command, "/tmp/", tmp) +
+                "\n__status=$?; echo; echo \"" + marker + "$__status\"\n";
+    }
+    const RunResult r =
+        run_program("/bin/bash", {"-c", "__status=0\n{\n" + script + "} 2>&1"}, kRepo);
+    const std::string all = replace_all(r.out, tmp, "/tmp/");
+    size_t from = 0;
+    for (size_t i = 0; i < block.examples.size(); ++i) {
+      const Example& e = block.examples[i];
+      SCOPED_TRACE(doc + ":" + std::to_string(e.line) + ": $ " + e.command);
+      ++ran;
+      const size_t at = all.find(marker, from);
+      if (at == std::string::npos) {
+        ADD_FAILURE() << "the block stopped before this command:\n" << all;
+        break;
+      }
+      const std::string output = all.substr(from, at - from);
+      const int status = std::atoi(all.c_str() + at + marker.size());
+      from = all.find('\n', at);
+      from = from == std::string::npos ? all.size() : from + 1;
+      // A failure the doc shows on purpose: an `exit N` directive, `$ echo $?` next (which
+      // shows the code), or an error line in the shown output.
+      const bool echoed =
+          i + 1 < block.examples.size() && trim(block.examples[i + 1].command) == "echo $?";
+      const bool shows_error =
+          std::any_of(e.shown.begin(), e.shown.end(),
+                      [](const std::string& l) { return l.find("error: ") != std::string::npos; });
+      if (exit_text != "\x01") {
+        EXPECT_EQ(status, std::stoi(exit_text)) << output;
+      } else if (shows_error) {
+        EXPECT_NE(status, 0) << output;
+      } else if (!echoed) {
+        EXPECT_EQ(status, 0) << output;
+      }
+      if (e.shown.empty()) continue;
+      std::vector<std::string> shown = e.shown, actual = split_lines(output);
+      while (!shown.empty() && trim(shown.back()).empty()) shown.pop_back();
+      if (numbers_vary) {
+        for (auto& l : shown) l = digits_as_hash(l);
+        for (auto& l : actual) l = digits_as_hash(l);
+      }
+      EXPECT_TRUE(lines_match(shown, 0, actual, 0)) << "the doc shows:\n"
+                                                    <<
+          [&] {
+            std::string s;
+            for (const auto& l : e.shown) s += "  " + l + "\n";
+            return s;
+          }() << "it printed:\n" << output;
+    }
+  }
+  RecordProperty("examples", ran);
+}
+
+std::vector<std::string> documents() {
+  std::vector<std::string> docs = {"README.md"};
+  for (const auto& entry : fs::directory_iterator(kRepo + "/docs")) {
+    if (entry.path().extension() == ".md")
+      docs.push_back("docs/" + entry.path().filename().string());
+  }
+  std::sort(docs.begin() + 1, docs.end());
+  return docs;
+}
+
+INSTANTIATE_TEST_SUITE_P(Docs, DocsTest, ::testing::ValuesIn(documents()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = fs::path(info.param).stem().string();
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace mfsdp::testing

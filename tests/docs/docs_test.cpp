@@ -10,7 +10,7 @@
 //   <!-- docs-test: skip REASON -->   not run here (several hosts, a GPU, ...)
 //   <!-- docs-test: file PATH -->     the block is a file's text: written to PATH, not run
 //   <!-- docs-test: exit N -->        each command of the block exits N
-//   <!-- docs-test: numbers vary -->  digits in the shown output match any digits
+//   <!-- docs-test: numbers vary -->  numbers in the shown output match any numbers
 // In shown output a line `...` stands for any number of lines, and `...` inside a line for
 // any text.
 #include <gtest/gtest.h>
@@ -115,9 +115,12 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
+// For `numbers vary`: every number is `#`, and runs of spaces are one (columns padded to a
+// number's width move with it).
 std::string digits_as_hash(const std::string& s) {
   static const std::regex number("[0-9]+(\\.[0-9]+)?");
-  return std::regex_replace(s, number, "#");
+  static const std::regex spaces(" +");
+  return std::regex_replace(std::regex_replace(s, number, "#"), spaces, " ");
 }
 
 // `...` inside a shown line matches any text.

@@ -49,18 +49,27 @@ bool is_temp_name(const std::string& name) {
 }
 
 // Complete checkpoints under `dir`, oldest first: step-N directories whose manifest reads
-// and names step N.
-std::vector<Found> complete_checkpoints(const fs::path& dir) {
+// and names step N. The others, with why, go to `incomplete` when given.
+std::vector<Found> complete_checkpoints(
+    const fs::path& dir, std::vector<std::pair<Found, std::string>>* incomplete = nullptr) {
   std::vector<Found> found;
   std::error_code error;
   for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
     const std::optional<int64_t> step = step_of(it->path().filename().string());
     if (!step || !it->is_directory(error)) continue;
+    std::string why;
     try {
-      if (read_manifest(it->path().string()).step == *step) found.push_back({*step, it->path()});
-    } catch (const Error&) {
+      const int64_t named = read_manifest(it->path().string()).step;
+      if (named == *step) {
+        found.push_back({*step, it->path()});
+        continue;
+      }
+      why = "its manifest is for step " + std::to_string(named);
+    } catch (const Error& e) {
       // No manifest, or a damaged one: not a checkpoint anyone can resume from.
+      why = e.what();
     }
+    if (incomplete) incomplete->push_back({{*step, it->path()}, why});
   }
   std::sort(found.begin(), found.end(),
             [](const Found& a, const Found& b) { return a.step < b.step; });
@@ -332,9 +341,23 @@ std::string save_checkpoint(Context& context, ShardedOptimizer& optimizer, const
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& dir) {
-  const std::vector<Found> all = complete_checkpoints(dir);
-  if (all.empty()) return std::nullopt;
-  return all.back().path.string();
+  return find_latest_checkpoint(dir).path;
+}
+
+LatestCheckpoint find_latest_checkpoint(const std::string& dir) {
+  std::vector<std::pair<Found, std::string>> incomplete;
+  const std::vector<Found> all = complete_checkpoints(dir, &incomplete);
+  LatestCheckpoint latest;
+  if (!all.empty()) latest.path = all.back().path.string();
+  const int64_t newest = all.empty() ? -1 : all.back().step;
+  std::sort(incomplete.begin(), incomplete.end(),
+            [](const auto& a, const auto& b) { return a.first.step > b.first.step; });
+  for (const auto& [checkpoint, why] : incomplete) {
+    if (checkpoint.step > newest) {
+      latest.passed_over.push_back(checkpoint.path.string() + " (" + why + ")");
+    }
+  }
+  return latest;
 }
 
 TrainingState load_checkpoint(Context& context, ShardedOptimizer& optimizer,

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -46,6 +47,16 @@ std::string save_checkpoint(Context& context, ShardedOptimizer& optimizer, const
 // The newest complete checkpoint under `dir` (a step-N directory with a readable manifest),
 // or nullopt when there is none or `dir` does not exist. Temp directories are ignored.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
+
+// The same, and the step-N directories newer than it that are not complete checkpoints (no
+// manifest, a damaged one, one for another step), newest first, each "PATH (why)": what a
+// resume passes over, which the caller must say (a run that silently went back to an older
+// step would lose work without anyone noticing).
+struct LatestCheckpoint {
+  std::optional<std::string> path;
+  std::vector<std::string> passed_over;
+};
+LatestCheckpoint find_latest_checkpoint(const std::string& dir);
 
 // Collective. Restores this rank's master shards, optimizer state, buffers and the default
 // CPU generator (dropout), and returns the saved step and config. Refuses with Error(kUsage),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 
@@ -29,7 +30,15 @@ std::string resolve_checkpoint(const std::string& path) {
                                ": no such checkpoint directory; pass a step-NNNNNNNN directory "
                                "that training saved, or the directory that holds them");
   }
-  if (std::optional<std::string> latest = latest_checkpoint(path)) return *latest;
+  const LatestCheckpoint found = find_latest_checkpoint(path);
+  if (found.path) {
+    for (const std::string& skipped : found.passed_over) {
+      std::cerr << "mfsdp: warning: passing over " << skipped
+                << ", which is not a complete checkpoint; exporting the newest complete one, "
+                << *found.path << std::endl;
+    }
+    return *found.path;
+  }
   fail(ExitCode::kUsage, path +
                              " is not a checkpoint (it has no manifest.json) and holds no "
                              "complete one; pass a step-NNNNNNNN directory that a save completed");

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iomanip>
+#include <iostream>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -232,9 +233,28 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   state.config = config.describe();
   state.model_path = config.model_path;
   if (config.resume) {
-    if (auto last = latest_checkpoint(config.checkpoint_dir)) {
-      state.step = load_checkpoint(*ctx, optimizer, *last).step;
-      if (lead) out << "resumed from " << *last << " (step " << state.step << ")" << std::endl;
+    const LatestCheckpoint found = find_latest_checkpoint(config.checkpoint_dir);
+    if (!found.path && !found.passed_over.empty()) {
+      // Starting over would save new steps beside the damaged ones: refuse, say what is there.
+      fail(ExitCode::kUsage, "--resume: " + config.checkpoint_dir +
+                                 " holds no complete checkpoint, only " +
+                                 found.passed_over.front() +
+                                 "; repair or remove it, or run without --resume to start at "
+                                 "step 0");
+    }
+    if (lead) {
+      for (const std::string& skipped : found.passed_over) {
+        std::cerr << "mfsdp: warning: --resume passes over " << skipped
+                  << ", which is not a complete checkpoint; resuming from the newest complete "
+                     "one, "
+                  << *found.path << std::endl;
+      }
+    }
+    if (found.path) {
+      state.step = load_checkpoint(*ctx, optimizer, *found.path).step;
+      if (lead) {
+        out << "resumed from " << *found.path << " (step " << state.step << ")" << std::endl;
+      }
     } else if (lead) {
       out << "no checkpoint under " << config.checkpoint_dir << " yet; starting at step 0"
           << std::endl;

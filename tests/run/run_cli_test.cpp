@@ -267,10 +267,31 @@ TEST(RunCli, ResumingFromACheckpointIsBitExact) {
   std::vector<std::string> first = run_args(plan, shared_config(2));
   const RunResult b1 = mfsdp(with(first, {"--checkpoint-dir", dir_b}));
   ASSERT_EQ(b1.exit_code, 0) << b1.out << b1.err;
+  // A newer step whose manifest was damaged is passed over, loudly.
+  const std::string damaged = dir_b + "/step-00000003";
+  std::filesystem::create_directories(damaged);
+  std::ofstream(damaged + "/manifest.json") << "{\"format\":";
   const RunResult b2 = mfsdp(with(
       run_args(plan, config), {"--checkpoint-dir", dir_b, "--resume", "--save-model", resumed}));
   ASSERT_EQ(b2.exit_code, 0) << b2.out << b2.err;
-  EXPECT_NE(b2.out.find("resumed from"), std::string::npos) << b2.out;
+  EXPECT_NE(b2.out.find("resumed from " + dir_b + "/step-00000002"), std::string::npos) << b2.out;
+  EXPECT_NE(b2.err.find("mfsdp: warning: --resume passes over " + damaged + " ("),
+            std::string::npos)
+      << b2.err;
+  EXPECT_NE(b2.err.find("resuming from the newest complete one, " + dir_b + "/step-00000002"),
+            std::string::npos)
+      << b2.err;
+
+  // Only damaged ones: starting over beside them is refused.
+  const std::string dir_c = temp_path("run_resume_c");
+  std::filesystem::remove_all(dir_c);
+  std::filesystem::create_directories(dir_c + "/step-00000005");
+  const RunResult c = mfsdp(with(run_args(plan, config), {"--checkpoint-dir", dir_c, "--resume"}));
+  EXPECT_EQ(c.exit_code, 2) << c.out << c.err;
+  EXPECT_NE(c.err.find("--resume: " + dir_c + " holds no complete checkpoint, only " + dir_c +
+                       "/step-00000005 ("),
+            std::string::npos)
+      << c.err;
 
   const auto want = saved_parameters(straight);
   const auto got = saved_parameters(resumed);

@@ -227,6 +227,13 @@ TEST(LatestCheckpoint, PicksTheHighestCompleteStep) {
   make(".step-00000014.saving.tmp", 14, "valid");
   make("step-9", 9, "valid");  // not a checkpoint name
   EXPECT_EQ(executor::latest_checkpoint(dir), dir + "/step-00000010");
+  // What a resume passes over, newest first, each with why.
+  const executor::LatestCheckpoint found = executor::find_latest_checkpoint(dir);
+  EXPECT_EQ(found.path, dir + "/step-00000010");
+  ASSERT_EQ(found.passed_over.size(), 3u);
+  EXPECT_EQ(found.passed_over[0], dir + "/step-00000013 (its manifest is for step 9)");
+  EXPECT_EQ(found.passed_over[1].rfind(dir + "/step-00000012 (", 0), 0u) << found.passed_over[1];
+  EXPECT_EQ(found.passed_over[2].rfind(dir + "/step-00000011 (", 0), 0u) << found.passed_over[2];
 }
 
 // An edited manifest cannot point resume or export at a file outside the checkpoint.

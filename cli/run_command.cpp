@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -290,6 +291,32 @@ void check_gpus_here(const RunFlags& flags, int world) {
   }
 }
 
+// Output files, checked before any worker starts: a directory that is missing or read-only
+// would otherwise be found only when rank 0 writes there, after training (--save-model).
+// Rank 0 writes --save-model and --trace, so only node 0 checks them; every rank appends
+// to --metrics.
+void check_outputs_writable(const executor::TrainConfig& config, int node_rank) {
+  auto check = [](const char* flag, const std::string& path) {
+    if (path.empty()) return;
+    std::filesystem::path directory = std::filesystem::path(path).parent_path();
+    if (directory.empty()) directory = ".";
+    std::error_code error;
+    if (!std::filesystem::is_directory(directory, error)) {
+      fail(ExitCode::kIo, std::string(flag) + " " + path + ": the directory " + directory.string() +
+                              " does not exist; create it first");
+    }
+    if (::access(directory.c_str(), W_OK) != 0) {
+      fail(ExitCode::kIo, std::string(flag) + " " + path + ": cannot write into " +
+                              directory.string() + " (" + std::strerror(errno) + ")");
+    }
+  };
+  if (node_rank == 0) {
+    check("--save-model", config.save_model);
+    check("--trace", config.trace_path);
+  }
+  check("--metrics", config.metrics_path);
+}
+
 void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   const auto external =
       launch::external_worker_env(launch::current_environment(), flags.master_addr,
@@ -333,6 +360,7 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   }
   const executor::TrainConfig config = resolve(flags, cmd, plan);
   executor::check_train_config(config, static_cast<int>(world));
+  check_outputs_writable(config, flags.node_rank);
   if (config.context.device == "cuda") check_gpus_here(flags, static_cast<int>(world));
 
   launch::LaunchOptions options;

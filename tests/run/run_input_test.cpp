@@ -107,6 +107,22 @@ TEST(RunInput, OldPlansModelFromTheCurrentDirectoryRunsWithAWarning) {
   EXPECT_NE(r.err.find("re-plan, or pass --model"), std::string::npos) << r.err;
 }
 
+// A typo in an output's directory is found before training, not after it.
+TEST(RunInput, OutputsInAMissingDirectoryAreRefusedBeforeAnyWorkerStarts) {
+  for (const char* flag : {"--save-model", "--metrics", "--trace"}) {
+    SCOPED_TRACE(flag);
+    const RunResult r = run({flag, "/no/such/dir/out"});
+    EXPECT_EQ(r.exit_code, 5) << r.out << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find(std::string(flag) +
+                         " /no/such/dir/out: the directory /no/such/dir does not exist; create "
+                         "it first"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("[rank"), std::string::npos) << r.err;
+  }
+}
+
 TEST(RunInput, CollectiveTimeoutMustFitInMilliseconds) {
   for (const char* seconds : {"0", "-1", "1e30", "inf", "nan"}) {
     expect_refused(run({"--collective-timeout", seconds}),

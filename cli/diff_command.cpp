@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -150,7 +152,14 @@ schema::DiffThreshold parse_threshold(const std::string& text) {
           number.find('.') != number.rfind('.')) {
         fail(ExitCode::kUsage, usage);
       }
-      threshold.percent = std::stod(number);
+      // "." or more digits than a double holds: the usage, not an internal error.
+      errno = 0;
+      char* end = nullptr;
+      const double percent = std::strtod(number.c_str(), &end);
+      if (end != number.c_str() + number.size() || errno == ERANGE || !std::isfinite(percent)) {
+        fail(ExitCode::kUsage, usage);
+      }
+      threshold.percent = percent;
     } else {
       // A bare number could mean percent or bytes: ask for one.
       if (value.find_first_not_of("0123456789") == std::string::npos) fail(ExitCode::kUsage, usage);

@@ -285,6 +285,10 @@ TEST(DiffCli, BadFlagsAreOneLineAndExitTwo) {
   expect_usage_error({a, a, "--fail-on", "memory"}, "--fail-on 'memory': unknown threshold");
   expect_usage_error({a, a, "--fail-on", "memory-increase"}, "expected memory-increase=N%");
   expect_usage_error({a, a, "--fail-on", "memory-increase=5"}, "expected memory-increase=N%");
+  // Not a number, and more digits than a double holds: usage errors, not internal ones.
+  expect_usage_error({a, a, "--fail-on", "memory-increase=.%"}, "expected memory-increase=N%");
+  expect_usage_error({a, a, "--fail-on", "memory-increase=" + std::string(400, '9') + "%"},
+                     "expected memory-increase=N%");
   expect_usage_error({a, a, "--fail-on", "comm-increase=lots"}, "'lots' is not a byte size");
   expect_usage_error({a, a, "--fail-on", "units-changed=2"}, "units-changed takes no value");
   expect_usage_error({a, a, "--fail-on", "diagnostics-added=fatal"}, "severity must be");

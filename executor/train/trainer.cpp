@@ -142,6 +142,39 @@ void write_trained_model(const std::string& model_path, torch::jit::Module& trai
   schema::write_file_atomically(out, bytes.str());
 }
 
+// --resume: the step of the newest complete checkpoint under --checkpoint-dir, loaded into
+// the context and optimizer (0 when there is none yet). Newer damaged checkpoints are passed
+// over with a warning, never silently; a directory with only damaged ones is an error.
+int64_t resume(const TrainConfig& config, Context& context, ShardedOptimizer& optimizer, bool lead,
+               std::ostream& out) {
+  const LatestCheckpoint found = find_latest_checkpoint(config.checkpoint_dir);
+  if (!found.path && !found.passed_over.empty()) {
+    // Starting over would save new steps beside the damaged ones: refuse, say what is there.
+    fail(ExitCode::kUsage, "--resume: " + config.checkpoint_dir +
+                               " holds no complete checkpoint, only " + found.passed_over.front() +
+                               "; repair or remove it, or run without --resume to start at "
+                               "step 0");
+  }
+  if (lead) {
+    for (const std::string& skipped : found.passed_over) {
+      std::cerr << "mfsdp: warning: --resume passes over " << skipped
+                << ", which is not a complete checkpoint; resuming from the newest complete "
+                   "one, "
+                << *found.path << std::endl;
+    }
+  }
+  if (found.path) {
+    const int64_t step = load_checkpoint(context, optimizer, *found.path).step;
+    if (lead) out << "resumed from " << *found.path << " (step " << step << ")" << std::endl;
+    return step;
+  }
+  if (lead) {
+    out << "no checkpoint under " << config.checkpoint_dir << " yet; starting at step 0"
+        << std::endl;
+  }
+  return 0;
+}
+
 }  // namespace
 
 nlohmann::json TrainConfig::describe() const {
@@ -232,34 +265,7 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   TrainingState state;
   state.config = config.describe();
   state.model_path = config.model_path;
-  if (config.resume) {
-    const LatestCheckpoint found = find_latest_checkpoint(config.checkpoint_dir);
-    if (!found.path && !found.passed_over.empty()) {
-      // Starting over would save new steps beside the damaged ones: refuse, say what is there.
-      fail(ExitCode::kUsage, "--resume: " + config.checkpoint_dir +
-                                 " holds no complete checkpoint, only " +
-                                 found.passed_over.front() +
-                                 "; repair or remove it, or run without --resume to start at "
-                                 "step 0");
-    }
-    if (lead) {
-      for (const std::string& skipped : found.passed_over) {
-        std::cerr << "mfsdp: warning: --resume passes over " << skipped
-                  << ", which is not a complete checkpoint; resuming from the newest complete "
-                     "one, "
-                  << *found.path << std::endl;
-      }
-    }
-    if (found.path) {
-      state.step = load_checkpoint(*ctx, optimizer, *found.path).step;
-      if (lead) {
-        out << "resumed from " << *found.path << " (step " << state.step << ")" << std::endl;
-      }
-    } else if (lead) {
-      out << "no checkpoint under " << config.checkpoint_dir << " yet; starting at step 0"
-          << std::endl;
-    }
-  }
+  if (config.resume) state.step = resume(config, *ctx, optimizer, lead, out);
   if (state.step >= config.steps && lead) {
     out << "nothing to do: the checkpoint is at step " << state.step << " of --steps "
         << config.steps << std::endl;

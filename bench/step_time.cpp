@@ -206,15 +206,13 @@ struct RankOutput {
 };
 
 // torchrun's environment for one rank: ours, minus the launch variables, plus that rank's.
-std::vector<std::string> rank_environment(int rank, int port) {
+std::vector<std::string> rank_environment(int rank, int port, const std::string& secret) {
   const std::vector<std::pair<std::string, std::string>> set = {
-      {"MASTER_ADDR", "127.0.0.1"},
-      {"MASTER_PORT", std::to_string(port)},
-      {"RANK", std::to_string(rank)},
-      {"WORLD_SIZE", std::to_string(kWorld)},
-      {"LOCAL_RANK", std::to_string(rank)},
-      {"LOCAL_WORLD_SIZE", std::to_string(kWorld)},
-      {"MFSDP_AGENT_STORE", "1"}};
+      {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", std::to_string(port)},
+      {"RANK", std::to_string(rank)},       {"WORLD_SIZE", std::to_string(kWorld)},
+      {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(kWorld)},
+      {"MFSDP_AGENT_STORE", "1"},           {"MFSDP_RDZV_SECRET", secret},
+      {"MFSDP_RDZV_SECRET_FILE", ""}};
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
@@ -237,7 +235,7 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
 // their output; ranks still running after `limit` are killed.
 std::vector<RankOutput> run_ranks(const std::vector<std::string>& args,
                                   std::chrono::seconds limit) {
-  executor::StoreHost host(0, std::chrono::seconds(120));
+  executor::StoreHost host(0);
   std::vector<pid_t> pids(kWorld);
   std::vector<pollfd> fds;
   std::vector<RankOutput> results(kWorld);
@@ -246,7 +244,7 @@ std::vector<RankOutput> run_ranks(const std::vector<std::string>& args,
     // Built before fork: between fork and exec only async-signal-safe calls.
     std::vector<std::string> argv_strings = {"mfsdp_bench_step"};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<std::string> env_strings = rank_environment(rank, host.port());
+    std::vector<std::string> env_strings = rank_environment(rank, host.port(), host.secret());
     std::vector<char*> argv = c_strings(argv_strings), envp = c_strings(env_strings);
     int out_pipe[2], err_pipe[2];
     if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {

@@ -41,6 +41,7 @@ struct RunFlags {
   int node_rank = 0;
   std::string master_addr;
   int master_port = -1;
+  std::string rdzv_bind;  // empty: rank 0 listens on --master-addr
   std::string log_dir;
   double grace_s = 10;
   int threads = 0;  // 0: OMP_NUM_THREADS if set, else the cores shared out among the workers
@@ -330,6 +331,7 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
            "OMPI_COMM_WORLD_RANK is set), so --nproc-per-node does not apply; drop it");
     }
     for (const auto& [name, value] : *external) setenv(name.c_str(), value.c_str(), 1);
+    if (!flags.rdzv_bind.empty()) setenv("MFSDP_RDZV_BIND", flags.rdzv_bind.c_str(), 1);
     executor::TrainConfig config = resolve(flags, cmd, load_plan(flags.plan));
     const char* live = std::getenv("MFSDP_LIVE_PROGRESS");
     config.live_progress = live ? std::string(live) == "1" : isatty(STDOUT_FILENO) == 1;
@@ -376,6 +378,21 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   const bool live = flags.log_dir.empty() && isatty(STDOUT_FILENO) == 1;
   options.extra_env.push_back({"MFSDP_LIVE_PROGRESS", live ? "1" : "0"});
   options.extra_env.push_back({"MFSDP_RUN_WORKER", "1"});
+  // The rendezvous secret: the user's, checked here once, else a fresh one for this run. Only a
+  // single-node launcher may make it up, since every node must hold the same one. Checked after
+  // the launcher's own flags, so that a node rank out of range is named first.
+  launch::check_options(options);
+  if (!executor::rendezvous_secret_from_environment()) {
+    if (flags.nnodes > 1) {
+      fail(ExitCode::kUsage,
+           "a run over --nnodes " + std::to_string(flags.nnodes) +
+               " needs a rendezvous secret that every node shares: export "
+               "MFSDP_RDZV_SECRET=$(openssl rand -hex 32) with the same value on each node "
+               "before mfsdp run (docs/launch.md, Security)");
+    }
+    options.extra_env.push_back({"MFSDP_RDZV_SECRET", executor::new_rendezvous_secret()});
+  }
+  if (!flags.rdzv_bind.empty()) options.extra_env.push_back({"MFSDP_RDZV_BIND", flags.rdzv_bind});
   set_worker_threads(flags, options);
   std::cout.flush();
   std::cerr.flush();
@@ -412,6 +429,10 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
       ->group(launcher);
   cmd->add_option("--master-port", flags->master_port,
                   "Its TCP port (default 29500; 0 picks a free one on a single node)")
+      ->group(launcher);
+  cmd->add_option("--rdzv-bind", flags->rdzv_bind,
+                  "Address rank 0's store listens on (default: --master-addr, so loopback on one "
+                  "node; 0.0.0.0 for every interface)")
       ->group(launcher);
   cmd->add_option("--log-dir", flags->log_dir,
                   "Write each rank's output to DIR/rank-N.log instead of prefixing it")

@@ -1,6 +1,6 @@
 #pragma once
-// Gloo's rendezvous reads and writes addresses through gloo::rendezvous::Store; ours is a
-// c10d::Store (the TCPStore torchrun and mfsdp run share). This adapter lets Gloo use it.
+// Gloo's rendezvous reads and writes addresses through gloo::rendezvous::Store; ours is the
+// authenticated rendezvous store (store.h). This adapter lets Gloo use it, under a key prefix.
 
 #include <gloo/rendezvous/store.h>
 
@@ -8,16 +8,15 @@
 #include <string>
 #include <vector>
 
-namespace c10d {
-class Store;
-}
-
 namespace mfsdp::executor {
+
+class StoreClient;
 
 class GlooStore final : public gloo::rendezvous::Store {
  public:
-  // `store` must outlive the adapter. Waits without an explicit timeout use `timeout`.
-  GlooStore(c10d::Store& store, std::chrono::milliseconds timeout);
+  // `store` must outlive the adapter. Every key is put under `prefix`. Gets and waits without
+  // an explicit timeout wait up to `timeout`.
+  GlooStore(StoreClient& store, std::string prefix, std::chrono::milliseconds timeout);
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
@@ -26,7 +25,8 @@ class GlooStore final : public gloo::rendezvous::Store {
             const std::chrono::milliseconds& timeout) override;
 
  private:
-  c10d::Store& store_;
+  StoreClient& store_;
+  std::string prefix_;
   std::chrono::milliseconds timeout_;
 };
 

@@ -76,6 +76,19 @@ LaunchEnv LaunchEnv::from_environment() {
       fail(ExitCode::kRuntime, "MFSDP_AGENT_STORE='" + *text + "' must be 0 or 1");
     }
   }
+  if (std::optional<std::string> text = read_variable("MFSDP_RDZV_BIND")) env.bind_addr = *text;
+
+  // A rank alone needs no secret from anyone: its store admits only itself.
+  if (std::optional<std::string> secret = rendezvous_secret_from_environment()) {
+    env.secret = *secret;
+  } else if (env.world_size == 1) {
+    env.secret = new_rendezvous_secret();
+  } else {
+    fail(ExitCode::kUsage,
+         "MFSDP_RDZV_SECRET is not set; ranks that another launcher starts (torchrun, srun, "
+         "mpirun) must share a secret: export MFSDP_RDZV_SECRET=$(openssl rand -hex 32) on "
+         "every node, with the same value, before starting them (docs/launch.md, Security)");
+  }
   return env;
 }
 

@@ -1,11 +1,13 @@
 #pragma once
-// Meeting the other ranks: torchrun's environment contract and a c10d::TCPStore. Rank 0 hosts
-// the store unless the launcher hosts it (MFSDP_AGENT_STORE=1, as torchrun's agent does), in
-// which case every rank connects as a client. Every communicator is created through one
-// Rendezvous, with its own key prefix, so several can be created in any order.
+// Meeting the other ranks: torchrun's environment contract and mfsdp's rendezvous store
+// (store.h), which admits only processes that prove the run's shared secret. Rank 0 hosts the
+// store unless the launcher hosts it (MFSDP_AGENT_STORE=1, as torchrun's agent does), in which
+// case every rank connects as a client. Every communicator is created through one Rendezvous,
+// with its own key prefix, so several can be created in any order.
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,24 +23,42 @@ struct LaunchEnv {
   int local_rank = 0;
   int local_world_size = 1;
   bool agent_store = false;  // the launcher hosts the store
+  std::string secret;        // what every rank and the store prove to each other
+  std::string bind_addr;     // where rank 0's store listens; empty: MASTER_ADDR
 
-  // Reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and
-  // MFSDP_AGENT_STORE. Throws Error(kRuntime) naming the missing or malformed variable.
+  // Reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+  // MFSDP_AGENT_STORE and MFSDP_RDZV_BIND, and the secret (rendezvous_secret_from_environment;
+  // a world of one rank makes up its own). Throws Error(kRuntime) naming the missing or
+  // malformed variable, Error(kUsage) for a missing or unusable secret.
   static LaunchEnv from_environment();
 };
+
+// The shortest secret accepted, in bytes.
+constexpr size_t kMinSecretBytes = 16;
+
+// A fresh secret for one run: 32 random bytes as 64 hex digits.
+std::string new_rendezvous_secret();
+
+// The secret this process was given: MFSDP_RDZV_SECRET, or the first line of the file
+// MFSDP_RDZV_SECRET_FILE names; std::nullopt when neither is set. Throws Error(kUsage) when
+// both are set, the secret is shorter than kMinSecretBytes, or the file cannot be read or
+// other users may read it.
+std::optional<std::string> rendezvous_secret_from_environment();
 
 // The launcher's side (torchrun's agent store): hosts the store that ranks started with
 // MFSDP_AGENT_STORE=1 connect to, for as long as this object lives, so it outlasts any rank.
 class StoreHost {
  public:
-  // Listens on `port` on every interface; 0 lets the system pick a free port (see port()).
-  // Throws Error(kRuntime) when the port cannot be bound.
-  StoreHost(int port, std::chrono::milliseconds timeout);
+  // Listens on `bind` at `port`; port 0 lets the system pick a free one (see port()). The
+  // ranks must be given secret() (as MFSDP_RDZV_SECRET). Throws Error(kRuntime) when the
+  // address cannot be bound.
+  explicit StoreHost(int port, const std::string& bind = "127.0.0.1");
   ~StoreHost();
   StoreHost(const StoreHost&) = delete;
   StoreHost& operator=(const StoreHost&) = delete;
 
   int port() const;
+  const std::string& secret() const;
 
  private:
   struct Impl;

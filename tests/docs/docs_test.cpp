@@ -115,12 +115,14 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
-// For `numbers vary`: every number is `#`, and runs of spaces are one (columns padded to a
-// number's width move with it).
+// For `numbers vary`: every number is `#`, a duration (`25s`, `1m08s`, `2h01m`) is `#s`, and
+// runs of spaces are one (columns padded to a number's width move with it).
 std::string digits_as_hash(const std::string& s) {
   static const std::regex number("[0-9]+(\\.[0-9]+)?");
+  static const std::regex duration("#[hms](#[hms])*\\b");
   static const std::regex spaces(" +");
-  return std::regex_replace(std::regex_replace(s, number, "#"), spaces, " ");
+  const std::string hashed = std::regex_replace(s, number, "#");
+  return std::regex_replace(std::regex_replace(hashed, duration, "#s"), spaces, " ");
 }
 
 // `...` inside a shown line matches any text.

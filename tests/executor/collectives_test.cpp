@@ -35,12 +35,13 @@ std::string report(const std::vector<RankResult>& results) {
 // Runs `scenario` on `world` ranks against a store this test hosts.
 std::vector<RankResult> run_scenario(const std::string& scenario, int world,
                                      std::chrono::milliseconds timeout = 10s) {
-  StoreHost host(0, 30s);
+  StoreHost host(0);
   RankLaunch launch;
   launch.program = MFSDP_COMM_WORKER;
   launch.args = {scenario, "--timeout-ms", std::to_string(timeout.count())};
   launch.world_size = world;
   launch.master_port = host.port();
+  launch.secret = host.secret();
   launch.agent_store = true;
   return testing::run_ranks(launch);
 }
@@ -126,19 +127,21 @@ LaunchEnv agent_env(const StoreHost& host, int rank, int world) {
   env.rank = rank;
   env.world_size = world;
   env.agent_store = true;
+  env.secret = host.secret();
   return env;
 }
 
 TEST(Rendezvous, NamesRanksThatDidNotJoin) {
-  StoreHost host(0, 30s);
+  StoreHost host(0);
   try {
     Rendezvous rendezvous(agent_env(host, 0, 3), 300ms);
     FAIL() << "rendezvous without ranks 1 and 2 succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::kRuntime);
-    EXPECT_EQ(std::string(e.what()), "rank 0: joining the other ranks via the store at 127.0.0.1:" +
-                                         std::to_string(host.port()) +
-                                         " failed: rank(s) 1,2 did not arrive within 300 ms");
+    EXPECT_EQ(std::string(e.what()),
+              "rank 0: joining the other ranks via the rendezvous store at 127.0.0.1:" +
+                  std::to_string(host.port()) +
+                  " failed: rank(s) 1,2 did not arrive within 300 ms");
   }
 }
 
@@ -147,6 +150,7 @@ TEST(Rendezvous, NamesTheStoreItCannotReach) {
   env.master_port = testing::free_port();
   env.rank = 1;
   env.world_size = 2;
+  env.secret = new_rendezvous_secret();
   try {
     Rendezvous rendezvous(env, 300ms);
     FAIL() << "rendezvous without a store succeeded";
@@ -159,7 +163,7 @@ TEST(Rendezvous, NamesTheStoreItCannotReach) {
 }
 
 TEST(Rendezvous, SingleRankCommunicatorWorksLocally) {
-  StoreHost host(0, 30s);
+  StoreHost host(0);
   Rendezvous rendezvous(agent_env(host, 0, 1), 5s);
   EXPECT_EQ(rendezvous.exchange("k", "v"), std::vector<std::string>{"v"});
   auto stream = make_cpu_stream("solo");
@@ -174,7 +178,7 @@ TEST(Rendezvous, SingleRankCommunicatorWorksLocally) {
 }
 
 TEST(Rendezvous, RejectsGroupsWithoutThisRankAndReusedNames) {
-  StoreHost host(0, 30s);
+  StoreHost host(0);
   Rendezvous rendezvous(agent_env(host, 0, 1), 5s);
   auto stream = make_cpu_stream("s");
   try {

@@ -110,7 +110,7 @@ struct Outcome {
 // `world` parity workers training reordered.pt for `steps` steps by `plan`, plus `flags`.
 Outcome train_reordered(const std::string& plan, int world, int steps, const std::string& out,
                         std::vector<std::string> flags, std::chrono::milliseconds limit = 60s) {
-  executor::StoreHost host(0, 60s);
+  executor::StoreHost host(0);
   RankLaunch launch;
   launch.program = MFSDP_PARITY_WORKER;
   launch.args = {"reordered", plan, fixture_path("reordered.pt"), std::to_string(steps), "1",
@@ -118,6 +118,7 @@ Outcome train_reordered(const std::string& plan, int world, int steps, const std
   launch.args.insert(launch.args.end(), flags.begin(), flags.end());
   launch.world_size = world;
   launch.master_port = host.port();
+  launch.secret = host.secret();
   launch.agent_store = true;
   launch.limit = limit;
   const auto start = Clock::now();

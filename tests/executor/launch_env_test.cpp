@@ -1,6 +1,10 @@
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,9 +18,11 @@ namespace {
 // Sets the launch variables for one test and restores the process environment afterwards.
 class LaunchEnvTest : public ::testing::Test {
  protected:
-  static constexpr const char* kNames[] = {"MASTER_ADDR",      "MASTER_PORT", "RANK",
-                                           "WORLD_SIZE",       "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
-                                           "MFSDP_AGENT_STORE"};
+  static constexpr const char* kNames[] = {
+      "MASTER_ADDR",       "MASTER_PORT",       "RANK",
+      "WORLD_SIZE",        "LOCAL_RANK",        "LOCAL_WORLD_SIZE",
+      "MFSDP_AGENT_STORE", "MFSDP_RDZV_SECRET", "MFSDP_RDZV_SECRET_FILE",
+      "MFSDP_RDZV_BIND"};
 
   void SetUp() override {
     for (const char* name : kNames) {
@@ -28,6 +34,7 @@ class LaunchEnvTest : public ::testing::Test {
     set("MASTER_PORT", "29511");
     set("RANK", "3");
     set("WORLD_SIZE", "8");
+    set("MFSDP_RDZV_SECRET", kSecret);
   }
   void TearDown() override {
     for (const auto& [name, value] : saved_) {
@@ -40,11 +47,13 @@ class LaunchEnvTest : public ::testing::Test {
   }
   void set(const char* name, const char* value) { setenv(name, value, 1); }
 
-  std::string error_of_from_environment() {
+  static constexpr const char* kSecret = "0123456789abcdef0123";
+
+  std::string error_of_from_environment(ExitCode expected = ExitCode::kRuntime) {
     try {
       LaunchEnv::from_environment();
     } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ExitCode::kRuntime);
+      EXPECT_EQ(e.code(), expected);
       return e.what();
     }
     ADD_FAILURE() << "from_environment did not throw";
@@ -67,6 +76,8 @@ TEST_F(LaunchEnvTest, ReadsTorchrunVariables) {
   EXPECT_EQ(env.local_rank, 1);
   EXPECT_EQ(env.local_world_size, 4);
   EXPECT_TRUE(env.agent_store);
+  EXPECT_EQ(env.secret, kSecret);
+  EXPECT_EQ(env.bind_addr, "");
 }
 
 TEST_F(LaunchEnvTest, WithoutLocalVariablesEveryRankIsLocal) {
@@ -111,6 +122,57 @@ TEST_F(LaunchEnvTest, RejectsOutOfRangeValues) {
 TEST_F(LaunchEnvTest, RejectsAgentStoreFlagOtherThanZeroOrOne) {
   set("MFSDP_AGENT_STORE", "yes");
   EXPECT_EQ(error_of_from_environment(), "MFSDP_AGENT_STORE='yes' must be 0 or 1");
+}
+
+TEST_F(LaunchEnvTest, ManyRanksWithoutASecretAreToldHowToShareOne) {
+  unsetenv("MFSDP_RDZV_SECRET");
+  EXPECT_EQ(error_of_from_environment(ExitCode::kUsage),
+            "MFSDP_RDZV_SECRET is not set; ranks that another launcher starts (torchrun, srun, "
+            "mpirun) must share a secret: export MFSDP_RDZV_SECRET=$(openssl rand -hex 32) on "
+            "every node, with the same value, before starting them (docs/launch.md, Security)");
+}
+
+TEST_F(LaunchEnvTest, ARankAloneMakesUpItsOwnSecret) {
+  unsetenv("MFSDP_RDZV_SECRET");
+  set("RANK", "0");
+  set("WORLD_SIZE", "1");
+  const std::string first = LaunchEnv::from_environment().secret;
+  EXPECT_EQ(first.size(), 64u);
+  EXPECT_EQ(first.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(LaunchEnv::from_environment().secret, first);
+}
+
+TEST_F(LaunchEnvTest, RejectsAShortSecretAndBothSources) {
+  set("MFSDP_RDZV_SECRET", "hunter2");
+  EXPECT_EQ(error_of_from_environment(ExitCode::kUsage),
+            "MFSDP_RDZV_SECRET is 7 bytes; a rendezvous secret needs at least 16 random ones, "
+            "e.g. export MFSDP_RDZV_SECRET=$(openssl rand -hex 32)");
+  set("MFSDP_RDZV_SECRET", kSecret);
+  set("MFSDP_RDZV_SECRET_FILE", "/nonexistent");
+  EXPECT_EQ(error_of_from_environment(ExitCode::kUsage),
+            "both MFSDP_RDZV_SECRET and MFSDP_RDZV_SECRET_FILE are set; unset one");
+}
+
+TEST_F(LaunchEnvTest, ReadsTheSecretFromAFileOnlyItsOwnerCanRead) {
+  unsetenv("MFSDP_RDZV_SECRET");
+  const std::string path = ::testing::TempDir() + "launch_env_secret";
+  {
+    std::ofstream out(path);
+    out << "a secret from a file, long enough\n";
+  }
+  set("MFSDP_RDZV_SECRET_FILE", path.c_str());
+  chmod(path.c_str(), 0644);
+  EXPECT_EQ(error_of_from_environment(ExitCode::kUsage),
+            "MFSDP_RDZV_SECRET_FILE=" + path +
+                " may be read by other users; make it private with chmod 600 " + path);
+  chmod(path.c_str(), 0600);
+  EXPECT_EQ(LaunchEnv::from_environment().secret, "a secret from a file, long enough");
+  std::remove(path.c_str());
+}
+
+TEST_F(LaunchEnvTest, ReadsWhereRankZeroListens) {
+  set("MFSDP_RDZV_BIND", "0.0.0.0");
+  EXPECT_EQ(LaunchEnv::from_environment().bind_addr, "0.0.0.0");
 }
 
 }  // namespace

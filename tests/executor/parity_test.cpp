@@ -91,7 +91,7 @@ void expect_parity(const ParityCase& c, const ParityOptions& options = ParityOpt
   const std::string out = dir + "/result.pt";
   const TrainingTask task = task_named(c.task);
 
-  executor::StoreHost host(0, 60s);
+  executor::StoreHost host(0);
   RankLaunch launch;
   launch.program = MFSDP_PARITY_WORKER;
   launch.args = {c.task,
@@ -107,6 +107,7 @@ void expect_parity(const ParityCase& c, const ParityOptions& options = ParityOpt
   if (options.evaluate) launch.args.push_back("--evaluate");
   launch.world_size = c.world;
   launch.master_port = host.port();
+  launch.secret = host.secret();
   launch.agent_store = true;
   launch.limit = 120s;
   const std::vector<RankResult> ranks = run_ranks(launch);

@@ -27,7 +27,9 @@ std::vector<std::string> rank_environment(const RankLaunch& launch, int rank) {
       {"WORLD_SIZE", std::to_string(launch.world_size)},
       {"LOCAL_RANK", std::to_string(rank)},
       {"LOCAL_WORLD_SIZE", std::to_string(launch.world_size)},
-      {"MFSDP_AGENT_STORE", launch.agent_store ? "1" : "0"}};
+      {"MFSDP_AGENT_STORE", launch.agent_store ? "1" : "0"},
+      {"MFSDP_RDZV_SECRET", launch.secret},
+      {"MFSDP_RDZV_SECRET_FILE", ""}};
   set.insert(set.end(), launch.extra_env.begin(), launch.extra_env.end());
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {

@@ -22,6 +22,8 @@ struct RankLaunch {
   int world_size = 1;
   int master_port = 0;
   bool agent_store = false;  // sets MFSDP_AGENT_STORE=1
+  // MFSDP_RDZV_SECRET: a StoreHost's secret(), or any one shared by ranks that host their own.
+  std::string secret = "the test ranks' rendezvous secret";
   std::vector<std::pair<std::string, std::string>> extra_env;
   // Every rank still running after this long is killed (SIGKILL), so a hang fails the test
   // instead of stalling it.

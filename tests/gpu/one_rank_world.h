@@ -9,11 +9,12 @@
 namespace mfsdp::executor {
 
 struct OneRankWorld {
-  StoreHost host{0, std::chrono::seconds(60)};
+  StoreHost host{0};
   LaunchEnv env = [this] {
     LaunchEnv e;
     e.master_port = host.port();
     e.agent_store = true;
+    e.secret = host.secret();
     return e;
   }();
 };

@@ -6,16 +6,19 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <future>
 #include <map>
 #include <set>
+#include <thread>
 
 #include <torch/script.h>
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "executor/comm/store.h"
 #include "executor/train/data.h"
 #include "executor/train/loss.h"
 #include "executor/train/sharded_optimizer.h"
@@ -304,6 +307,17 @@ TEST(RunCli, ResumingFromACheckpointIsBitExact) {
 TEST(RunCli, TwoLaunchersMakeATwoNodeRun) {
   const executor::TrainConfig config = shared_config(2);
   const std::string plan = plan_for(2, "run_two_nodes");
+  // The nodes' launchers cannot make up a secret that both know: without one they start nothing.
+  unsetenv("MFSDP_RDZV_SECRET");
+  std::vector<std::string> fixed_port = run_args(plan, config);
+  fixed_port.resize(fixed_port.size() - 4);  // drop --master-port 0 and the timeout
+  const RunResult unshared = mfsdp(with(fixed_port, {"--nnodes", "2", "--master-port", "29500"}));
+  EXPECT_EQ(unshared.exit_code, 2) << unshared.err;
+  EXPECT_NE(unshared.err.find("a run over --nnodes 2 needs a rendezvous secret that every node "
+                              "shares: export MFSDP_RDZV_SECRET="),
+            std::string::npos)
+      << unshared.err;
+  setenv("MFSDP_RDZV_SECRET", "the two nodes' shared secret", 1);
   // One thread per rank in all three launches: each launcher shares out only its own node's
   // cores, and losses compare bit for bit only with the same threads.
   const RunResult probe =
@@ -336,6 +350,7 @@ TEST(RunCli, TwoLaunchersMakeATwoNodeRun) {
 // other node's rank fails its next collective, and its launcher exits 6 naming the rank,
 // well within the collective timeout instead of hanging.
 TEST(RunCli, NodeKilledMidRunFailsTheOtherNodeInBoundedTime) {
+  setenv("MFSDP_RDZV_SECRET", "the two nodes' shared secret", 1);
   const executor::TrainConfig config = shared_config(2000);
   const std::string plan = plan_for(2, "run_killed_node");
   const std::string port = std::to_string(free_port());
@@ -359,6 +374,63 @@ TEST(RunCli, NodeKilledMidRunFailsTheOtherNodeInBoundedTime) {
   EXPECT_NE(first.err.find("rank 0 failed first"), std::string::npos) << first.err;
   EXPECT_NE(first.out.find("step"), std::string::npos) << "killed before training started";
   EXPECT_LT(seconds, 8 + 20 + 10) << first.err;
+}
+
+// A stranger on 127.0.0.1 keeps connecting to the rendezvous port while the ranks start and
+// train: speaking c10d's TCPStore protocol (a SET that would overwrite the ranks' join key, as
+// overwriting the Gloo addresses once killed every run), or mfsdp's with another secret. The
+// store refuses each connection, rank 0 says so, and the run trains as if nobody were there.
+TEST(RunCli, AStrangerAtTheRendezvousPortIsRefusedAndTheRunGoesOn) {
+  const executor::TrainConfig config = shared_config(3);
+  const std::string plan = plan_for(2, "run_stranger");
+  const int port = free_port();
+  std::atomic<bool> done{false};
+  std::atomic<int> refused{0};
+  std::thread stranger([&] {
+    for (int attempt = 0; !done; ++attempt) {
+      if (attempt % 2 == 1) {
+        try {
+          executor::StoreClient client("127.0.0.1", port, "a stranger's guess at the secret",
+                                       std::chrono::milliseconds(200));
+          client.set("mfsdp/exchange/mfsdp/join/0/1", "");
+        } catch (const executor::StoreError& e) {
+          if (std::string(e.what()).find("refused this rank's secret") != std::string::npos) {
+            ++refused;
+          }
+        }
+        continue;
+      }
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_port = htons(static_cast<uint16_t>(port));
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
+        const std::string set = std::string("\x00\x1c\x00\x00\x00\x00\x00\x00\x00", 9) +
+                                "mfsdp/exchange/mfsdp/join/0/1" + std::string(80, '\x01');
+        ::send(fd, set.data(), set.size(), MSG_NOSIGNAL);
+        char buffer[256];
+        while (::recv(fd, buffer, sizeof buffer, 0) > 0) {
+        }
+      }
+      ::close(fd);
+      // Nothing listens before rank 0 starts: pace the attempts rather than spin.
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  std::vector<std::string> args = run_args(plan, config);
+  args.resize(args.size() - 4);  // drop --master-port 0 and the timeout
+  const RunResult run = mfsdp(with(args, {"--nproc-per-node", "2", "--master-port",
+                                          std::to_string(port), "--collective-timeout", "60"}));
+  done = true;
+  stranger.join();
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_NE(run.out.find("step 3/3  loss "), std::string::npos) << run.out;
+  EXPECT_GT(refused.load(), 0) << "the stranger never reached the store";
+  EXPECT_NE(run.err.find("[rank 0] mfsdp: warning: the rendezvous store on 127.0.0.1:" +
+                         std::to_string(port) + " refused a connection from 127.0.0.1:"),
+            std::string::npos)
+      << run.err;
 }
 
 TEST(RunCli, TraceShowsEveryRanksComputeAndStreamsWithOverlappingGathers) {

@@ -41,7 +41,7 @@ std::string plan_tied_lm(const std::string& dir, const std::string& name, int wo
 }
 
 std::vector<RankResult> run_workers(const WorkerRun& run) {
-  executor::StoreHost host(0, 60s);
+  executor::StoreHost host(0);
   RankLaunch launch;
   launch.program = MFSDP_CHECKPOINT_WORKER;
   launch.args = {run.plan, fixture_path("tied_lm.pt"), std::to_string(run.steps), run.out};
@@ -54,6 +54,7 @@ std::vector<RankResult> run_workers(const WorkerRun& run) {
   if (run.reseed) launch.args.push_back("--reseed");
   launch.world_size = run.world;
   launch.master_port = host.port();
+  launch.secret = host.secret();
   launch.agent_store = true;
   launch.limit = 120s;
   return run_ranks(launch);

@@ -1,0 +1,268 @@
+// StoreClient: one blocking connection, one request at a time (a mutex keeps threads apart),
+// every read and write held to a deadline so that a silent store fails instead of hanging.
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "executor/comm/store.h"
+#include "executor/comm/store_wire.h"
+
+namespace mfsdp::executor {
+namespace {
+
+namespace wire = store_wire;
+using Clock = std::chrono::steady_clock;
+
+// An answer to a wait may arrive this much after the wait itself ran out.
+constexpr std::chrono::seconds kAnswerMargin(10);
+
+std::string milliseconds_text(std::chrono::milliseconds ms) {
+  return std::to_string(std::max<long long>(ms.count(), 0));
+}
+
+// The peer closed or reset the connection (the store's host exited, or refused us).
+class Hangup : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+}  // namespace
+
+struct StoreClient::Impl {
+  std::string host;
+  int port = 0;
+  std::string where;
+  std::string secret;
+  std::chrono::milliseconds timeout;
+  int fd = -1;
+  std::mutex mutex;
+
+  ~Impl() { drop(); }
+
+  void drop() {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+
+  void wait_for(short events, Clock::time_point deadline, const std::string& what) {
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) {
+        throw StoreError("the rendezvous store at " + where + " did not answer " + what +
+                         " in time");
+      }
+      pollfd p{fd, events, 0};
+      const int n = poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+      if (n > 0) return;
+      if (n < 0 && errno != EINTR) {
+        throw StoreError("waiting on the rendezvous store at " + where +
+                         " failed: " + std::strerror(errno));
+      }
+    }
+  }
+
+  void send_all(const std::string& bytes, Clock::time_point deadline, const std::string& what) {
+    size_t sent = 0;
+    while (sent < bytes.size()) {
+      const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        wait_for(POLLOUT, deadline, what);
+      } else if (n < 0 && errno != EINTR) {
+        throw Hangup("lost the rendezvous store at " + where + " (" + std::strerror(errno) +
+                     "); its host, rank 0 or the launcher, has probably exited");
+      }
+    }
+  }
+
+  std::string receive_exactly(size_t count, Clock::time_point deadline, const std::string& what) {
+    std::string bytes(count, '\0');
+    size_t got = 0;
+    while (got < count) {
+      const ssize_t n = recv(fd, bytes.data() + got, count - got, MSG_DONTWAIT);
+      if (n > 0) {
+        got += static_cast<size_t>(n);
+      } else if (n == 0) {
+        throw Hangup("the rendezvous store at " + where +
+                     " closed the connection; its host, rank 0 or the launcher, has probably "
+                     "exited");
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        wait_for(POLLIN, deadline, what);
+      } else if (errno != EINTR) {
+        throw Hangup("lost the rendezvous store at " + where + " (" + std::strerror(errno) + ")");
+      }
+    }
+    return bytes;
+  }
+
+  // One attempt: connect and authenticate. Hangup when nothing (or nothing yet) listens.
+  void connect_once(Clock::time_point deadline) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    const std::string service = std::to_string(port);
+    if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+      throw StoreError("cannot resolve the rendezvous address '" + host + "': " + gai_strerror(rc));
+    }
+    std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, &freeaddrinfo);
+    std::string last_error = "no address";
+    for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+      const int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (s < 0) {
+        last_error = std::strerror(errno);
+        continue;
+      }
+      if (connect(s, a->ai_addr, a->ai_addrlen) == 0) {
+        fd = s;
+        break;
+      }
+      last_error = std::strerror(errno);
+      close(s);
+    }
+    if (fd < 0) throw Hangup(last_error);
+
+    const std::string greeting = receive_exactly(wire::kGreetingBytes, deadline, "its greeting");
+    if (std::memcmp(greeting.data(), wire::kMagic, sizeof wire::kMagic) != 0) {
+      throw StoreError("the program listening at " + where +
+                       " is not an mfsdp rendezvous store; another program holds the port");
+    }
+    if (static_cast<uint8_t>(greeting[sizeof wire::kMagic]) != wire::kVersion) {
+      throw StoreError("the rendezvous store at " + where +
+                       " speaks another protocol version; run the same mfsdp on every rank");
+    }
+    wire::Nonce server_nonce{};
+    std::memcpy(server_nonce.data(), greeting.data() + sizeof wire::kMagic + 1,
+                server_nonce.size());
+    const wire::Nonce client_nonce = wire::random_nonce();
+    send_all(wire::hello(secret, server_nonce, client_nonce), deadline, "the handshake");
+    std::string verdict;
+    try {
+      verdict = receive_exactly(1, deadline, "the handshake");
+    } catch (const Hangup&) {
+      verdict = std::string(1, static_cast<char>(wire::kRefused));
+    }
+    if (static_cast<uint8_t>(verdict[0]) != wire::kAccepted) {
+      throw StoreError("the rendezvous store at " + where +
+                       " refused this rank's secret: start every rank with the same "
+                       "MFSDP_RDZV_SECRET, or the port belongs to another run");
+    }
+    const std::string mac = receive_exactly(wire::kMacBytes, deadline, "the handshake");
+    const wire::Mac expected = wire::proof(secret, "server", server_nonce, client_nonce);
+    if (!wire::same_proof(expected.data(), reinterpret_cast<const uint8_t*>(mac.data()))) {
+      throw StoreError("the rendezvous store at " + where +
+                       " did not prove this run's secret; another run or program holds the port");
+    }
+  }
+
+  void connect_until(Clock::time_point deadline) {
+    std::string last_error;
+    for (std::chrono::milliseconds pause(10);; pause = std::min(pause * 2, decltype(pause)(500))) {
+      try {
+        connect_once(deadline);
+        return;
+      } catch (const Hangup& e) {
+        last_error = e.what();  // nothing listens yet, or the store went away mid-handshake
+      } catch (const StoreError&) {
+        drop();
+        throw;
+      }
+      drop();
+      if (Clock::now() + pause >= deadline) {
+        throw StoreError("cannot reach the rendezvous store at " + where + " within " +
+                         std::to_string(timeout.count()) + " ms: " + last_error);
+      }
+      std::this_thread::sleep_for(pause);  // the host may still be starting: retry, backing off
+    }
+  }
+
+  wire::Frame request(wire::Op op, const std::vector<std::string>& fields,
+                      Clock::time_point deadline, const std::string& what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (fd < 0)
+      throw StoreError("the connection to the rendezvous store at " + where + " is closed");
+    try {
+      send_all(wire::encode(static_cast<uint8_t>(op), fields), deadline, what);
+      const std::string prefix = receive_exactly(4, deadline, what);
+      const uint32_t length = wire::frame_length(prefix.data());
+      if (length > wire::kMaxFrameBytes) throw wire::WireError("an answer larger than the limit");
+      wire::Frame answer = wire::decode(receive_exactly(length, deadline, what));
+      if (answer.tag == static_cast<uint8_t>(wire::Status::kError)) {
+        throw StoreError(
+            "the rendezvous store at " + where + " rejected " + what + ": " +
+            (answer.fields.empty() ? std::string("no reason given") : answer.fields[0]));
+      }
+      return answer;
+    } catch (const wire::WireError& e) {
+      drop();
+      throw StoreError("the rendezvous store at " + where + " sent a malformed answer to " + what +
+                       ": " + e.what());
+    } catch (const StoreError&) {
+      drop();  // the stream may be out of step; no later request may use it
+      throw;
+    }
+  }
+};
+
+StoreClient::StoreClient(const std::string& host, int port, std::string secret,
+                         std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->host = host;
+  impl_->port = port;
+  impl_->where = host + ":" + std::to_string(port);
+  impl_->secret = std::move(secret);
+  impl_->timeout = timeout;
+  impl_->connect_until(Clock::now() + timeout);
+}
+
+StoreClient::~StoreClient() = default;
+
+const std::string& StoreClient::address() const {
+  return impl_->where;
+}
+
+void StoreClient::set(const std::string& key, const std::string& value) {
+  impl_->request(wire::Op::kSet, {key, value}, Clock::now() + impl_->timeout,
+                 "setting '" + key + "'");
+}
+
+std::string StoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
+  const std::string what = "the value of '" + key + "'";
+  wire::Frame answer = impl_->request(wire::Op::kGet, {milliseconds_text(timeout), key},
+                                      Clock::now() + timeout + kAnswerMargin, what);
+  if (answer.tag == static_cast<uint8_t>(wire::Status::kTimeout)) {
+    throw StoreError("'" + key + "' was not set in the rendezvous store at " + impl_->where +
+                     " within " + std::to_string(timeout.count()) + " ms");
+  }
+  if (answer.fields.size() != 1)
+    throw StoreError("the store at " + impl_->where + " answered " + what + " with no value");
+  return std::move(answer.fields[0]);
+}
+
+bool StoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  std::vector<std::string> fields = {milliseconds_text(timeout)};
+  fields.insert(fields.end(), keys.begin(), keys.end());
+  const wire::Frame answer =
+      impl_->request(wire::Op::kWait, fields, Clock::now() + timeout + kAnswerMargin, "a wait");
+  return answer.tag == static_cast<uint8_t>(wire::Status::kOk);
+}
+
+bool StoreClient::check(const std::vector<std::string>& keys) {
+  const wire::Frame answer =
+      impl_->request(wire::Op::kCheck, keys, Clock::now() + impl_->timeout, "a check");
+  return answer.fields.size() == 1 && answer.fields[0] == "1";
+}
+
+}  // namespace mfsdp::executor

@@ -1,0 +1,107 @@
+#include "executor/comm/store_wire.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <cstring>
+
+namespace mfsdp::executor::store_wire {
+namespace {
+
+void append_u32(std::string& out, uint32_t value) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(value >> shift));
+}
+
+}  // namespace
+
+uint32_t frame_length(const char* bytes) {
+  uint32_t value = 0;
+  for (int i = 0; i < 4; ++i) value = (value << 8) | static_cast<uint8_t>(bytes[i]);
+  return value;
+}
+
+Nonce random_nonce() {
+  Nonce nonce{};
+  if (RAND_bytes(nonce.data(), static_cast<int>(nonce.size())) != 1) {
+    throw WireError("the system's random number generator failed");
+  }
+  return nonce;
+}
+
+Mac proof(const std::string& secret, const char* role, const Nonce& server_nonce,
+          const Nonce& client_nonce) {
+  std::string message(role);
+  message.append(reinterpret_cast<const char*>(server_nonce.data()), server_nonce.size());
+  message.append(reinterpret_cast<const char*>(client_nonce.data()), client_nonce.size());
+  Mac mac{};
+  unsigned int length = 0;
+  if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac.data(),
+           &length) == nullptr ||
+      length != mac.size()) {
+    throw WireError("HMAC-SHA256 failed");
+  }
+  return mac;
+}
+
+bool same_proof(const uint8_t* a, const uint8_t* b) {
+  return CRYPTO_memcmp(a, b, kMacBytes) == 0;
+}
+
+std::string greeting(const Nonce& server_nonce) {
+  std::string out(kMagic, sizeof kMagic);
+  out.push_back(static_cast<char>(kVersion));
+  out.append(reinterpret_cast<const char*>(server_nonce.data()), server_nonce.size());
+  return out;
+}
+
+std::string hello(const std::string& secret, const Nonce& server_nonce, const Nonce& client_nonce) {
+  std::string out(kMagic, sizeof kMagic);
+  out.push_back(static_cast<char>(kVersion));
+  out.append(reinterpret_cast<const char*>(client_nonce.data()), client_nonce.size());
+  const Mac mac = proof(secret, "client", server_nonce, client_nonce);
+  out.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+  return out;
+}
+
+std::string encode(uint8_t tag, const std::vector<std::string>& fields) {
+  std::string body;
+  body.push_back(static_cast<char>(tag));
+  append_u32(body, static_cast<uint32_t>(fields.size()));
+  for (const std::string& field : fields) {
+    append_u32(body, static_cast<uint32_t>(field.size()));
+    body += field;
+  }
+  if (body.size() > kMaxFrameBytes) {
+    throw WireError("a rendezvous message of " + std::to_string(body.size()) +
+                    " bytes exceeds the store's limit of " + std::to_string(kMaxFrameBytes));
+  }
+  std::string out;
+  append_u32(out, static_cast<uint32_t>(body.size()));
+  return out + body;
+}
+
+Frame decode(const std::string& payload) {
+  if (payload.size() < 5) throw WireError("a frame shorter than its header");
+  Frame frame;
+  frame.tag = static_cast<uint8_t>(payload[0]);
+  const uint32_t count = frame_length(payload.data() + 1);
+  size_t at = 5;
+  // Every field takes at least its 4-byte length, which bounds `count` by the payload.
+  if (count > (payload.size() - at) / 4) throw WireError("a frame with too many fields");
+  frame.fields.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    if (payload.size() - at < 4) throw WireError("a frame cut short");
+    const uint32_t length = frame_length(payload.data() + at);
+    at += 4;
+    if (length > payload.size() - at) throw WireError("a field longer than its frame");
+    frame.fields.emplace_back(payload, at, length);
+    at += length;
+  }
+  if (at != payload.size()) throw WireError("bytes after a frame's last field");
+  return frame;
+}
+
+}  // namespace mfsdp::executor::store_wire

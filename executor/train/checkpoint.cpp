@@ -285,6 +285,32 @@ RankState read_own_part(Context& context, const ShardedOptimizer& optimizer,
   return state;
 }
 
+// The second and third parts of save_checkpoint: every rank's file, then rank 0 publishes.
+void save_into_temp(Context& context, ShardedOptimizer& optimizer, const TrainingState& state,
+                    const fs::path& root, const fs::path& temp, const fs::path& target, int keep,
+                    const std::string& what, const std::string& others) {
+  const bool leader = context.rank() == 0;
+  // Every rank writes its file, then a note with its size and sha256 for rank 0.
+  agree(context,
+        attempt(ExitCode::kIo, what,
+                [&] {
+                  const std::string file = (temp / rank_file_name(context.rank())).string();
+                  const RankFileEntry entry =
+                      write_rank_file(file, collect_rank_state(context, state.step), optimizer);
+                  write_durably(file + ".json", rank_entry_to_json(entry).dump());
+                }),
+        ExitCode::kIo, others);
+  // Rank 0 completes the checkpoint; the rename is what makes it visible.
+  agree(context,
+        attempt(ExitCode::kIo, what,
+                [&] {
+                  if (!leader) return;
+                  publish(context, optimizer, state, root, temp, target);
+                  prune(root, keep, state.step);
+                }),
+        ExitCode::kIo, others);
+}
+
 }  // namespace
 
 std::string checkpoint_name(int64_t step) {
@@ -318,25 +344,15 @@ std::string save_checkpoint(Context& context, ShardedOptimizer& optimizer, const
                   fs::create_directory(temp);
                 }),
         ExitCode::kIo, others);
-  // Every rank writes its file, then a note with its size and sha256 for rank 0.
-  agree(context,
-        attempt(ExitCode::kIo, what,
-                [&] {
-                  const std::string file = (temp / rank_file_name(context.rank())).string();
-                  const RankFileEntry entry =
-                      write_rank_file(file, collect_rank_state(context, state.step), optimizer);
-                  write_durably(file + ".json", rank_entry_to_json(entry).dump());
-                }),
-        ExitCode::kIo, others);
-  // Rank 0 completes the checkpoint; the rename is what makes it visible.
-  agree(context,
-        attempt(ExitCode::kIo, what,
-                [&] {
-                  if (!leader) return;
-                  publish(context, optimizer, state, root, temp, target);
-                  prune(root, keep, state.step);
-                }),
-        ExitCode::kIo, others);
+  // A save that fails from here on (a full disk) leaves nothing behind: every rank has agreed
+  // that it failed, so rank 0 removes the temp directory. Earlier checkpoints are untouched.
+  try {
+    save_into_temp(context, optimizer, state, root, temp, target, keep, what, others);
+  } catch (...) {
+    std::error_code ignored;
+    if (leader) fs::remove_all(temp, ignored);
+    throw;
+  }
   return target.string();
 }
 

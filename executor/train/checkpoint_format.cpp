@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "schema/digest.h"
 #include "schema/error.h"
@@ -190,15 +191,17 @@ RankFileEntry write_rank_file(const std::string& path, const RankState& state,
   int error = 0;
   int64_t bytes = 0;
   try {
+    // After a failed write the writer only counts: a short count would make LibTorch's archive
+    // writer throw from its destructor, which aborts the process (a full disk did).
     archive.save_to([&](const void* data, size_t size) -> size_t {
       const char* at = static_cast<const char*>(data);
-      size_t left = size;
+      size_t left = error == 0 ? size : 0;
       while (left > 0) {
         const ssize_t n = ::write(file.get(), at, left);
         if (n < 0) {
           if (errno == EINTR) continue;
           error = errno;
-          return size - left;  // a short count makes the archive writer fail
+          break;
         }
         at += n;
         left -= static_cast<size_t>(n);
@@ -207,11 +210,22 @@ RankFileEntry write_rank_file(const std::string& path, const RankState& state,
       return size;
     });
   } catch (const std::exception& e) {
+    ::unlink(path.c_str());
     if (error != 0) cannot_write(path, error);
     fail(ExitCode::kIo, "cannot write " + path + ": " + first_line(e.what()));
   }
-  if (::fsync(file.get()) != 0) cannot_write(path, errno);
-  if (file.close() != 0) cannot_write(path, errno);
+  if (error == 0 && ::fsync(file.get()) != 0) error = errno;
+  if (file.close() != 0 && error == 0) error = errno;
+  if (error != 0) {
+    ::unlink(path.c_str());
+    // The file lies in the save's temp directory, inside the checkpoint directory.
+    const std::string directory =
+        std::filesystem::path(path).parent_path().parent_path().lexically_normal().string();
+    fail(ExitCode::kIo, "cannot write " + path + ": " + std::strerror(error) +
+                            " (this rank's file needs " + std::to_string(bytes) +
+                            " bytes; free space in " + (directory.empty() ? "." : directory) +
+                            " or choose another --checkpoint-dir)");
+  }
   const size_t slash = path.rfind('/');
   return {state.rank, slash == std::string::npos ? path : path.substr(slash + 1), bytes,
           schema::sha256_file_hex(path)};

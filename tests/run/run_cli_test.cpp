@@ -304,6 +304,44 @@ TEST(RunCli, ResumingFromACheckpointIsBitExact) {
   }
 }
 
+// A disk that fills during a save: each worker may write files of at most 100 KiB (ulimit -f;
+// the rank files are larger), which fails their writes as a full disk would. The run exits 5
+// with one line naming the file and the bytes it needs instead of aborting, leaves no temp
+// directory, and the checkpoint before it still resumes.
+TEST(RunCli, ADiskFullDuringASaveFailsCleanlyAndKeepsTheLastCheckpoint) {
+  const std::string plan = plan_for(2, "run_disk_full");
+  const std::string dir = temp_path("run_disk_full_ckpt");
+  std::filesystem::remove_all(dir);
+  const std::vector<std::string> every_2 = {"--checkpoint-dir", dir, "--checkpoint-every", "2"};
+  const RunResult first = mfsdp(with(run_args(plan, shared_config(2)), every_2));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+
+  std::vector<std::string> limited = {"-c", "trap '' XFSZ; ulimit -f 100; exec \"$0\" \"$@\"",
+                                      MFSDP_BINARY};
+  for (const std::string& a : with(run_args(plan, shared_config(4)), every_2)) limited.push_back(a);
+  limited.push_back("--resume");
+  const RunResult full = run_program("/bin/bash", limited, kRepo);
+  EXPECT_EQ(full.exit_code, 5) << full.out << full.err;
+  EXPECT_NE(
+      full.err.find("mfsdp: error: cannot write " + dir + "/.step-00000004.saving.tmp/rank-0000"),
+      std::string::npos)
+      << full.err;
+  EXPECT_NE(full.err.find(": File too large (this rank's file needs "), std::string::npos)
+      << full.err;
+  EXPECT_EQ(full.err.find("terminate called"), std::string::npos) << full.err;
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    left.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"step-00000002"});
+
+  const RunResult resumed =
+      mfsdp(with(with(run_args(plan, shared_config(4)), every_2), {"--resume"}));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from " + dir + "/step-00000002 (step 2)"), std::string::npos)
+      << resumed.out;
+}
+
 TEST(RunCli, TwoLaunchersMakeATwoNodeRun) {
   const executor::TrainConfig config = shared_config(2);
   const std::string plan = plan_for(2, "run_two_nodes");

@@ -63,7 +63,8 @@ Examples:
   mfsdp run gpt.plan.json --nproc-per-node 2 --input-shape 64 --steps 20 --metrics m.jsonl \
       --trace trace.json
 
-  # Two nodes (run on each, node-rank 0 and 1):
+  # Two nodes (run on each, node-rank 0 and 1, with the same secret on both; docs/launch.md):
+  export MFSDP_RDZV_SECRET_FILE=~/.mfsdp/run.secret
   mfsdp run gpt.plan.json --nnodes 2 --node-rank 0 --nproc-per-node 8 \
       --master-addr node0.example --master-port 29500 ...
   # One rank per GPU (--device auto picks the GPUs when every rank has one):

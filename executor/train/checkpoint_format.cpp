@@ -11,6 +11,7 @@
 #include "schema/digest.h"
 #include "schema/error.h"
 #include "schema/file_descriptor.h"
+#include "schema/json_text.h"
 #include "schema/plan_rules.h"
 
 namespace mfsdp::executor {
@@ -131,8 +132,13 @@ Manifest read_manifest(const std::string& checkpoint) {
     fail(ExitCode::kUsage, checkpoint + " is not a checkpoint (it has no " + kManifestFile +
                                "); pass a step-NNNNNNNN directory that a save completed");
   }
+  json doc;
+  const std::string error = schema::parse_json_text(text, doc);
+  if (!error.empty()) {
+    fail(ExitCode::kUsage,
+         path + " is damaged (not valid JSON: " + error + "); use another checkpoint");
+  }
   try {
-    const json doc = json::parse(text);
     const std::string format = doc.at("format").get<std::string>();
     if (format != kCheckpointFormat) {
       fail(ExitCode::kUsage, path + " is format '" + format + "' but this build reads " +

@@ -121,6 +121,47 @@ TEST_F(PlanFile, NumberTooLargeForADoubleIsAUsageError) {
             file + ": not valid JSON: number overflow parsing '1e400' (line 2 column 14)");
 }
 
+TEST_F(PlanFile, ANulByteAndGarbageAfterThePlanAreRefusedAtTheirOffset) {
+  const std::string text = dump_plan(sample_plan());
+  const size_t lines = std::count(text.begin(), text.end(), '\n');
+  const std::string file = write("nul.json", text + std::string("\0garbage", 8));
+  EXPECT_EQ(read_error(file), file +
+                                  ": not valid JSON: trailing content after the JSON document: a "
+                                  "NUL byte at byte offset " +
+                                  std::to_string(text.size()) + " (line " +
+                                  std::to_string(lines + 1) +
+                                  " column 1); a JSON file holds one document, so remove what "
+                                  "follows it");
+}
+
+TEST_F(PlanFile, TrailingTextAfterThePlanIsRefusedAtItsOffset) {
+  const std::string text = dump_plan(sample_plan());
+  const std::string file = write("two.json", text + "\n {}");
+  const size_t lines = std::count(text.begin(), text.end(), '\n');
+  EXPECT_EQ(read_error(file), file +
+                                  ": not valid JSON: trailing content after the JSON document at "
+                                  "byte offset " +
+                                  std::to_string(text.size() + 2) + " (line " +
+                                  std::to_string(lines + 2) +
+                                  " column 2); a JSON file holds one document, so remove what "
+                                  "follows it");
+  EXPECT_EQ(read_error(write("true.json", "{} truex")),
+            path("true.json") +
+                ": not valid JSON: trailing content after the JSON document at byte offset 3 "
+                "(line 1 column 4); a JSON file holds one document, so remove what follows it");
+}
+
+TEST_F(PlanFile, ANulByteInsideThePlanIsRefusedAtItsOffset) {
+  const std::string file = write("inner.json", std::string("{\"schema\": \"mfsdp\0\"}", 20));
+  EXPECT_EQ(read_error(file), file +
+                                  ": not valid JSON: a NUL byte at byte offset 17 (line 1 column "
+                                  "18); JSON text cannot hold one");
+  const std::string between = write("between.json", std::string("{\"a\": 1,\0 \"b\": 2}", 17));
+  EXPECT_EQ(read_error(between), between +
+                                     ": not valid JSON: a NUL byte at byte offset 8 (line 1 "
+                                     "column 9); JSON text cannot hold one");
+}
+
 TEST_F(PlanFile, UnsupportedSchemaNamesTheFile) {
   const std::string file = write("old.json", R"({"schema": "mfsdp.plan/0"})");
   EXPECT_EQ(read_error(file),

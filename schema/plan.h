@@ -48,6 +48,12 @@ struct Policy {
   int64_t align_bytes = 16;           // parameter offsets and shard boundaries align to this
 };
 
+// Upper bounds of every plan (docs/plan-format.md#limits). Ranks are 32-bit ints in Gloo and
+// NCCL. With an alignment of at most 1 GiB, shard_size × alignment elements stays below 2^61, so
+// padding a group cannot overflow by itself.
+inline constexpr int64_t kMaxWorldSize = 2147483647;
+inline constexpr int64_t kMaxAlignBytes = int64_t{1} << 30;
+
 struct Stream {
   std::string name;                      // "all_gather", "reduce_scatter" or "unified"
   std::vector<std::string> collectives;  // collective kinds issued on it

@@ -12,8 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "schema/checked_int64.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
+#include "schema/plan_rules.h"
 
 namespace mfsdp::schema {
 namespace {
@@ -48,6 +50,21 @@ int64_t element_size(const std::string& dtype) {
   }
 }
 
+// Sums of sizes of plans that parse_plan accepted, which refuses plans whose sums do not fit in
+// 64 bits: an overflow here is a bug.
+int64_t add(int64_t a, int64_t b) {
+  const std::optional<int64_t> sum = checked_add(a, b);
+  if (!sum) fail(ExitCode::kInternal, "a plan size sum overflowed that parse_plan let through");
+  return *sum;
+}
+
+int64_t multiply(int64_t a, int64_t b) {
+  const std::optional<int64_t> product = checked_mul(a, b);
+  if (!product)
+    fail(ExitCode::kInternal, "a plan size product overflowed that parse_plan let through");
+  return *product;
+}
+
 bool covers(const std::string& rule, const std::string& field) {
   if (field.compare(0, rule.size(), rule) != 0) return false;
   return field.size() == rule.size() || field[rule.size()] == '.' || field[rule.size()] == '[';
@@ -73,7 +90,8 @@ struct PlanIndex {
       auto& owned = params_of[unit.name];
       for (const Group& group : unit.groups) {
         for (const ParamLayout& param : group.params) {
-          ParamInfo info{&param, &group, unit.name, param.numel * element_size(group.dtype)};
+          ParamInfo info{&param, &group, unit.name,
+                         multiply(param.numel, element_size(group.dtype))};
           if (params.emplace(param.name, info).second) {
             owned.push_back(param.name);
             param_order.push_back(param.name);
@@ -287,8 +305,8 @@ class Differ {
   }
   void add_param(ParamFlow& flow, const std::string& param, const ParamInfo& info) const {
     flow.params.push_back(param);
-    flow.numel += info.layout->numel;
-    flow.bytes += info.bytes;
+    flow.numel = add(flow.numel, info.layout->numel);
+    flow.bytes = add(flow.bytes, info.bytes);
   }
 
   // Where each parameter of old unit `a` went, keyed by its new owner ("" for gone).
@@ -330,7 +348,7 @@ class Differ {
     change.type = unit.type;
     for (const std::string& param : index.params_of.at(unit.name)) {
       ++change.params;
-      change.numel += index.param(param)->layout->numel;
+      change.numel = add(change.numel, index.param(param)->layout->numel);
     }
     change.flows = std::move(flows);
     return change;
@@ -396,8 +414,8 @@ class Differ {
         order.push_back(key);
       }
       it->second.params.push_back(param);
-      it->second.numel += info.layout->numel;
-      it->second.bytes += info.bytes;
+      it->second.numel = add(it->second.numel, info.layout->numel);
+      it->second.bytes = add(it->second.bytes, info.bytes);
     };
     for (const std::string& param : old_index_.param_order) {
       const ParamInfo& before = *old_index_.param(param);
@@ -936,13 +954,15 @@ const char* unit_change_kind_name(UnitChange::Kind kind) {
 }
 
 PlanTotals plan_totals(const Plan& plan) {
+  const std::optional<int64_t> per_rank = per_rank_bytes(plan.memory);
+  const std::optional<int64_t> communication = communication_bytes(plan.communication);
+  if (!per_rank || !communication) {
+    fail(ExitCode::kInternal, "a plan total overflowed that parse_plan let through");
+  }
   PlanTotals totals;
-  totals.per_rank_bytes =
-      plan.memory.sharded_param_bytes + plan.memory.sharded_grad_bytes + plan.memory.slot_bytes;
+  totals.per_rank_bytes = *per_rank;
   totals.peak_unsharded_bytes = plan.memory.peak_unsharded_bytes;
-  totals.communication_bytes = plan.communication.all_gather_bytes +
-                               plan.communication.reduce_scatter_bytes +
-                               plan.communication.all_reduce_bytes;
+  totals.communication_bytes = *communication;
   return totals;
 }
 

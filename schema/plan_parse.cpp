@@ -10,9 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "schema/checked_int64.h"
 #include "schema/error.h"
 #include "schema/plan_check.h"
 #include "schema/plan_json.h"
+#include "schema/plan_rules.h"
 
 namespace mfsdp::schema {
 namespace {
@@ -129,7 +131,8 @@ class Reader {
   }
 
   // Every integer of a plan is a count, size, index or offset, so none may be negative.
-  void read(const json& value, const std::string& path, int64_t& out, int64_t minimum = 0) {
+  void read(const json& value, const std::string& path, int64_t& out, int64_t minimum = 0,
+            int64_t maximum = std::numeric_limits<int64_t>::max()) {
     static const std::string kOutOfRange = "integer out of range: must fit in 64 bits (signed)";
     if (value.is_number_unsigned()) {
       if (value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -149,6 +152,10 @@ class Reader {
     if (number < minimum) {
       return problem(path,
                      "must be >= " + std::to_string(minimum) + ", got " + std::to_string(number));
+    }
+    if (number > maximum) {
+      return problem(path,
+                     "must be <= " + std::to_string(maximum) + ", got " + std::to_string(number));
     }
     out = number;
   }
@@ -188,9 +195,10 @@ class Reader {
 
   void read(const json& value, const std::string& path, Mesh& out) {
     Fields fields(*this, value, path);
-    fields.get("world_size", out.world_size, int64_t{1});
-    fields.get("shard_size", out.shard_size, int64_t{1});
-    fields.get("replicate_size", out.replicate_size, int64_t{1});
+    // Ranks are 32-bit ints in Gloo and NCCL.
+    fields.get("world_size", out.world_size, int64_t{1}, kMaxWorldSize);
+    fields.get("shard_size", out.shard_size, int64_t{1}, kMaxWorldSize);
+    fields.get("replicate_size", out.replicate_size, int64_t{1}, kMaxWorldSize);
     fields.finish();
   }
 
@@ -203,7 +211,7 @@ class Reader {
     fields.get("backward_prefetch", out.backward_prefetch);
     fields.get("resident_budget_bytes", out.resident_budget_bytes);
     fields.get("unified_stream", out.unified_stream);
-    fields.get("align_bytes", out.align_bytes, int64_t{1});
+    fields.get("align_bytes", out.align_bytes, int64_t{1}, kMaxAlignBytes);
     fields.finish();
   }
 
@@ -403,6 +411,41 @@ void Fields::finish() {
   }
 }
 
+// Readers add up a plan's sizes (mfsdp diff's totals, the bytes of the parameters that move
+// between units), so those sums must fit in 64 bits as well as each size.
+void check_sums(const Plan& plan, Reader& reader) {
+  const std::string too_large = " adds up to more than " +
+                                std::to_string(std::numeric_limits<int64_t>::max()) +
+                                " bytes, the most a plan can hold";
+  if (!per_rank_bytes(plan.memory)) {
+    const std::string sum = "sharded_param_bytes + sharded_grad_bytes + slot_bytes";
+    reader.problem("memory", "the memory per rank (" + sum + ")" + too_large);
+  }
+  if (!communication_bytes(plan.communication)) {
+    reader.problem("communication",
+                   "all_gather_bytes + reduce_scatter_bytes + all_reduce_bytes" + too_large);
+  }
+  const std::vector<std::string>& dtypes = dtype_names();
+  std::optional<int64_t> bytes = 0;
+  for (size_t u = 0; u < plan.units.size() && bytes; ++u) {
+    const std::vector<Group>& groups = plan.units[u].groups;
+    for (size_t g = 0; g < groups.size() && bytes; ++g) {
+      const bool known = std::find(dtypes.begin(), dtypes.end(), groups[g].dtype) != dtypes.end();
+      const int64_t size = known ? dtype_size(groups[g].dtype) : 1;
+      for (size_t p = 0; p < groups[g].params.size() && bytes; ++p) {
+        const std::optional<int64_t> param = checked_mul(groups[g].params[p].numel, size);
+        bytes = param ? checked_add(*bytes, *param) : std::nullopt;
+        if (!bytes) {
+          const std::string path = "units[" + std::to_string(u) + "].groups[" + std::to_string(g) +
+                                   "].params[" + std::to_string(p) + "]";
+          reader.problem(path + ".numel",
+                         "with this parameter, the bytes of the plan's parameters" + too_large);
+        }
+      }
+    }
+  }
+}
+
 // Names a `schema` value that is not the supported version, without dumping a deep value.
 std::string schema_phrase(const json& value) {
   if (value.is_string()) return "'" + escaped(value.get<std::string>()) + "'";
@@ -429,6 +472,11 @@ ParseResult parse_plan(const json& doc) {
   ParseResult result;
   reader.read(doc, "", result.plan);
   result.problems = reader.take_problems();
+  if (result.problems.empty()) {
+    Reader sums;
+    check_sums(result.plan, sums);
+    result.problems = sums.take_problems();
+  }
   return result;
 }
 

@@ -276,6 +276,20 @@ TEST(DiffCli, MalformedPlansAreOneLineAndExitTwo) {
   expect_usage_error({good, ::testing::TempDir()}, "cannot read");
 }
 
+TEST(DiffCli, APlanWhoseTotalsOverflowIsRefusedInsteadOfPassingAThreshold) {
+  // 2^62 + 2^62 bytes of params and grads wrapped to a negative total: a decrease that passed
+  // memory-increase=5%.
+  const std::string overflowing = "tests/fixtures/bad/memory_overflow.plan.json";
+  expect_usage_error({"plans/two_roots.plan.json", overflowing, "--fail-on", "memory-increase=5%"},
+                     overflowing +
+                         ": not a valid plan: memory: the memory per rank (sharded_param_bytes + "
+                         "sharded_grad_bytes + slot_bytes) adds up to more than "
+                         "9223372036854775807 bytes, the most a plan can hold");
+  expect_usage_error({"tests/fixtures/bad/nul_after_plan.plan.json", "plans/two_roots.plan.json"},
+                     "nul_after_plan.plan.json: not valid JSON: trailing content after the JSON "
+                     "document: a NUL byte at byte offset 6411");
+}
+
 TEST(DiffCli, BadFlagsAreOneLineAndExitTwo) {
   const std::string a = "plans/tied_lm.plan.json";
   expect_usage_error({a}, "new is required");

@@ -190,6 +190,35 @@ TEST(ValidateCli, UnusableInputsExitWith2AndOneLine) {
                   "not an mfsdp plan: it has no \"schema\" field; this mfsdp reads: mfsdp.plan/1");
 }
 
+TEST(ValidateCli, ANulByteAndGarbageAfterThePlanExitWith2NamingTheOffset) {
+  // nlohmann's parser stops at a NUL as if the input ended there: the plan read as valid.
+  expect_unusable("tests/fixtures/bad/nul_after_plan.plan.json",
+                  "not valid JSON: trailing content after the JSON document: a NUL byte at byte "
+                  "offset 6411 (line 275 column 1); a JSON file holds one document, so remove "
+                  "what follows it");
+  const std::string golden = read_file(kRepo + "/plans/tied_lm.plan.json");
+  expect_unusable(write_temp("two_plans.plan.json", golden + golden),
+                  "not valid JSON: trailing content after the JSON document at byte offset " +
+                      std::to_string(golden.size()) + " (line " +
+                      std::to_string(lines(golden) + 1) +
+                      " column 1); a JSON file holds one document, so remove what follows it");
+}
+
+TEST(ValidateCli, SizesBeyondWhatAPlanHoldsAreShapeProblems) {
+  const RunResult world = mfsdp({"validate", "tests/fixtures/bad/huge_world_size.plan.json"});
+  EXPECT_EQ(world.exit_code, 1) << world.err;
+  EXPECT_TRUE(has_line(world.out,
+                       "tests/fixtures/bad/huge_world_size.plan.json: mesh.world_size: must be <= "
+                       "2147483647, got 4611686018427387904"))
+      << world.out;
+  const RunResult memory = mfsdp({"validate", "tests/fixtures/bad/memory_overflow.plan.json"});
+  EXPECT_EQ(memory.exit_code, 1) << memory.err;
+  EXPECT_EQ(memory.out,
+            "tests/fixtures/bad/memory_overflow.plan.json: memory: the memory per rank "
+            "(sharded_param_bytes + sharded_grad_bytes + slot_bytes) adds up to more than "
+            "9223372036854775807 bytes, the most a plan can hold\n");
+}
+
 TEST(ValidateCli, JsonReportListsEveryProblem) {
   const std::string file =
       corrupted("json.plan.json", [](json& p) { p["mesh"]["world_size"] = 3; });

@@ -182,6 +182,50 @@ TEST(PlanJson, RejectsNegativeCountsAndEmptyMesh) {
                                         "schedule[2].unsharded_bytes: must be >= 0, got -160"}));
 }
 
+TEST(PlanJson, RejectsMeshSizesBeyond32BitRanksAndAlignmentsBeyondOneGiB) {
+  json doc = sample_doc();
+  doc["mesh"]["world_size"] = int64_t{1} << 62;
+  doc["mesh"]["shard_size"] = int64_t{1} << 31;
+  doc["mesh"]["replicate_size"] = INT64_MAX;
+  doc["policy"]["align_bytes"] = int64_t{1} << 31;
+  EXPECT_EQ(parse_problems(doc),
+            (Lines{"mesh.world_size: must be <= 2147483647, got 4611686018427387904",
+                   "mesh.shard_size: must be <= 2147483647, got 2147483648",
+                   "mesh.replicate_size: must be <= 2147483647, got 9223372036854775807",
+                   "policy.align_bytes: must be <= 1073741824, got 2147483648"}));
+  doc = sample_doc();
+  doc["mesh"] = {{"world_size", 2147483647}, {"shard_size", 2147483647}, {"replicate_size", 1}};
+  doc["policy"]["align_bytes"] = 1073741824;
+  EXPECT_EQ(parse_problems(doc), Lines{});
+}
+
+TEST(PlanJson, RejectsSizesWhoseSumsReadersFormOverflow) {
+  const std::string too_large =
+      " adds up to more than 9223372036854775807 bytes, the most a "
+      "plan can hold";
+  json doc = sample_doc();
+  doc["memory"]["sharded_param_bytes"] = int64_t{1} << 62;
+  doc["memory"]["sharded_grad_bytes"] = int64_t{1} << 62;
+  doc["communication"]["all_gather_bytes"] = INT64_MAX;
+  EXPECT_EQ(parse_problems(doc),
+            (Lines{"memory: the memory per rank (sharded_param_bytes + sharded_grad_bytes + "
+                   "slot_bytes)" +
+                       too_large,
+                   "communication: all_gather_bytes + reduce_scatter_bytes + all_reduce_bytes" +
+                       too_large}));
+
+  // Each parameter's bytes fit, their sum does not: 2^61 float32 elements are 2^63 bytes.
+  doc = sample_doc();
+  doc["units"][2]["groups"][0]["params"][0]["numel"] = int64_t{1} << 60;
+  doc["units"][2]["groups"][0]["params"][1]["numel"] = int64_t{1} << 60;
+  EXPECT_EQ(parse_problems(doc),
+            Lines{"units[2].groups[0].params[1].numel: with this parameter, the bytes of the "
+                  "plan's parameters" +
+                  too_large});
+  doc["units"][2]["groups"][0]["params"][1]["numel"] = 10;
+  EXPECT_EQ(parse_problems(doc), Lines{});  // the rules, not the shape, catch the wrong numel
+}
+
 TEST(PlanJson, SurvivesDeeplyNestedJunk) {
   json doc = sample_doc();
   doc["mesh"] = json::parse(deep_array(100000));

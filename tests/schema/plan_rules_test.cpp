@@ -2,6 +2,8 @@
 
 #include "schema/plan_rules.h"
 
+#include <functional>
+
 #include <gtest/gtest.h>
 
 #include "sample_plan.h"
@@ -66,6 +68,64 @@ TEST(PlanRules, PaddedNumelRoundsUpToShardTimesAlignment) {
   EXPECT_EQ(padded_numel(32, 2, 8), 32);
   EXPECT_EQ(padded_numel(0, 2, 8), 0);
   EXPECT_EQ(padded_numel(1, 3, 1), 3);
+}
+
+// The error padded_numel or a unit total throws: a planning error, not a wrapped number.
+std::string overflow_error(const std::function<void()>& compute) {
+  try {
+    compute();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ExitCode::kPlanning);
+    return error.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(PlanRules, PaddingThatOverflowsIsAPlanningErrorNotADivisionByZero) {
+  // 2^62 × 4 wraps to 0, which the multiple would have been divided by.
+  EXPECT_EQ(overflow_error([] { padded_numel(1, int64_t{1} << 62, 4); }),
+            "numel 1 padded to a multiple of shard size 4611686018427387904 × alignment 4 "
+            "elements does not fit in 64 bits (at most 9223372036854775807); plan for a smaller "
+            "world size (--world-size) or alignment (--align)");
+  EXPECT_NE(overflow_error([] { padded_numel(INT64_MAX, 2, 8); }).find("numel 9223372036854775807"),
+            std::string::npos);
+  EXPECT_EQ(padded_numel(INT64_MAX - 15, 2, 8), INT64_MAX - 15);  // already a multiple of 16
+}
+
+TEST(PlanRules, UnitTotalsThatOverflowNameTheUnit) {
+  Plan plan = sample_plan();
+  Unit& root = plan.units[0];
+  root.groups[0].padded_numel = int64_t{1} << 62;  // × 2 bytes or more does not fit
+  root.groups[0].shard_numel = int64_t{1} << 62;
+  EXPECT_EQ(overflow_error([&] { unit_unsharded_bytes(plan.policy, root); }),
+            "unit '<root>': unsharded_bytes (Σ groups padded_numel × compute dtype size) does not "
+            "fit in 64 bits (at most 9223372036854775807); plan for a smaller world size "
+            "(--world-size) or alignment (--align)");
+  EXPECT_NE(overflow_error([&] { unit_sharded_bytes(root); }).find("unit '<root>': sharded_bytes"),
+            std::string::npos);
+  EXPECT_NE(overflow_error([&] {
+              unit_reduce_scatter_bytes(plan.policy, root);
+            }).find("unit '<root>': reduce-scatter bytes"),
+            std::string::npos);
+  EXPECT_NE(overflow_error([&] {
+              unit_gradient_shard_bytes(plan.policy, root);
+            }).find("unit '<root>': gradient shard bytes"),
+            std::string::npos);
+}
+
+TEST(PlanRules, TotalsAreNoneWhenTheyDoNotFitIn64Bits) {
+  Memory memory;
+  memory.sharded_param_bytes = memory.sharded_grad_bytes = int64_t{1} << 62;
+  EXPECT_EQ(per_rank_bytes(memory), std::nullopt);
+  memory.sharded_grad_bytes = 1;
+  memory.slot_bytes = 2;
+  EXPECT_EQ(per_rank_bytes(memory), (int64_t{1} << 62) + 3);
+  Communication communication;
+  communication.all_gather_bytes = INT64_MAX;
+  EXPECT_EQ(communication_bytes(communication), INT64_MAX);
+  communication.all_reduce_bytes = 1;
+  EXPECT_EQ(communication_bytes(communication), std::nullopt);
 }
 
 TEST(PlanRules, UnitTotalsMatchTheSample) {

@@ -128,6 +128,21 @@ TEST_F(PlanSchema, RejectsNegativeCountsAndEmptyMesh) {
   EXPECT_FALSE(valid(doc));
 }
 
+TEST_F(PlanSchema, BoundsMeshSizesAndAlignmentLikeParsePlan) {
+  for (const char* pointer : {"/mesh/world_size", "/mesh/shard_size", "/mesh/replicate_size"}) {
+    json doc = sample_doc();
+    doc[json::json_pointer(pointer)] = 2147483648;
+    EXPECT_FALSE(valid(doc)) << pointer;
+    EXPECT_FALSE(parse_plan(doc).problems.empty()) << pointer;
+  }
+  json doc = sample_doc();
+  doc["policy"]["align_bytes"] = 2147483648;
+  EXPECT_FALSE(valid(doc));
+  EXPECT_FALSE(parse_plan(doc).problems.empty());
+  doc["policy"]["align_bytes"] = 1073741824;
+  EXPECT_TRUE(valid(doc));
+}
+
 TEST_F(PlanSchema, GoldenPlansPassTheSchemaAndCheckPlan) {
   const fs::path plans = kSourceDir / "plans";
   std::vector<fs::path> files;

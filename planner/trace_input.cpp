@@ -1,14 +1,18 @@
 #include "planner/trace_input.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <mutex>
+#include <new>
+#include <optional>
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "planner/instrumentation.h"
 #include "planner/torch_model.h"
 #include "planner/unit_hooks.h"
+#include "schema/checked_int64.h"
 #include "schema/error.h"
 #include "schema/plan.h"
 
@@ -16,9 +20,6 @@ namespace mfsdp::planner {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Far beyond any memory, and small enough that the element count cannot overflow.
-constexpr int64_t kMaxElements = int64_t{1} << 40;
 
 [[noreturn]] void bad_spec(const std::string& spec, const std::string& what) {
   fail(ExitCode::kUsage, "--trace-input '" + spec + "': " + what +
@@ -165,13 +166,27 @@ void check_arguments(const torch::jit::Module& model, const std::string& model_p
   }
 }
 
+// Failing to allocate it is a usage error naming the input: the input is too large for this
+// machine, which is not a bug in mfsdp.
 at::Tensor example_tensor(const TraceInput& input, size_t position) {
-  const c10::ScalarType type = scalar_type_of(input.dtype);
-  if (!schema::is_floating_dtype(input.dtype)) {
-    return at::zeros(input.shape, at::TensorOptions().dtype(type));
+  std::string why = "out of memory";
+  try {
+    const c10::ScalarType type = scalar_type_of(input.dtype);
+    if (!schema::is_floating_dtype(input.dtype)) {
+      return at::zeros(input.shape, at::TensorOptions().dtype(type));
+    }
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(position);
+    return at::randn(input.shape, generator, at::TensorOptions().dtype(at::kFloat)).to(type);
+  } catch (const c10::Error& e) {
+    const std::string message = interpreter_message(e.what_without_backtrace());
+    if (message.find("can't allocate memory") == std::string::npos) why = message;
+  } catch (const std::bad_alloc&) {
   }
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(position);
-  return at::randn(input.shape, generator, at::TensorOptions().dtype(at::kFloat)).to(type);
+  int64_t bytes = schema::dtype_size(input.dtype);
+  for (int64_t dim : input.shape) bytes *= dim;  // parse_trace_input bounds it
+  fail(ExitCode::kUsage, "--trace-input '" + input.spec +
+                             "': cannot allocate its example tensor of " + std::to_string(bytes) +
+                             " bytes (" + why + "); trace with a smaller batch");
 }
 
 void collect_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
@@ -228,7 +243,8 @@ TraceInput parse_trace_input(const std::string& spec) {
     }
   }
   const std::string shape = spec.substr(0, colon);
-  int64_t elements = 1;
+  // Bytes so far; none once past what a 64-bit count holds.
+  std::optional<int64_t> bytes = schema::dtype_size(input.dtype);
   size_t begin = 0;
   for (int d = 1;; ++d) {
     const size_t end = std::min(shape.find_first_of("x,", begin), shape.size());
@@ -238,13 +254,19 @@ TraceInput parse_trace_input(const std::string& spec) {
     if (dim.find_first_not_of("0123456789") != std::string::npos) {
       bad_spec(spec, which + " '" + dim + "' is not a whole number");
     }
-    const int64_t size = dim.size() > 13 ? kMaxElements + 1 : std::stoll(dim);
-    if (size < 1) bad_spec(spec, which + " is 0; every dimension must be at least 1");
-    if (size > kMaxElements / elements) bad_spec(spec, "more than 2^40 elements");
-    elements *= size;
+    int64_t size = 0;
+    const bool fits = std::from_chars(dim.data(), dim.data() + dim.size(), size).ec == std::errc();
+    if (fits && size < 1) bad_spec(spec, which + " is 0; every dimension must be at least 1");
+    bytes = fits && bytes ? schema::checked_mul(*bytes, size) : std::nullopt;
     input.shape.push_back(size);
     if (end == shape.size()) break;
     begin = end + 1;
+  }
+  if (!bytes || *bytes > kMaxTraceInputBytes) {
+    fail(ExitCode::kUsage,
+         "--trace-input '" + spec + "' is " + (bytes ? std::to_string(*bytes) : "more than 2^63") +
+             " bytes; an example input holds at most " + std::to_string(kMaxTraceInputBytes) +
+             " bytes (1 GiB), so trace with a smaller batch, e.g. 2x64:int64");
   }
   return input;
 }

@@ -17,8 +17,12 @@ struct TraceInput {
   std::string dtype = "float32";
 };
 
+// The largest example input: a sample batch, not a training set.
+inline constexpr int64_t kMaxTraceInputBytes = int64_t{1} << 30;
+
 // Parses SHAPE[:DTYPE], e.g. "2x64:int64" or "8x3x32x32" (float32): dimensions >= 1 joined by
-// 'x' or ',' ("8,3,32,32"). Throws Error(kUsage), one line naming the spec and the expected form.
+// 'x' or ',' ("8,3,32,32"), at most kMaxTraceInputBytes in all. Throws Error(kUsage), one line
+// naming the spec and the expected form or the limit.
 TraceInput parse_trace_input(const std::string& spec);
 
 // A unit's forward boundary as the hooks saw it: entering (pre_forward) or leaving
@@ -47,9 +51,9 @@ struct TracedRun {
 // a generator seeded with the input's position, 0, 1, ...; integer and bool: zeros, a valid
 // index for any embedding), sums the floating outputs that require grad and runs backward.
 // Throws Error(kUsage) when the inputs do not match forward's arguments (too many, too few,
-// or an argument that is not a Tensor), Error(kModel) naming the inputs and the interpreter's
-// message when forward or backward fails, or when no output requires grad, and
-// instrument_units' Error(kPlanning) for a unit it cannot hook.
+// or an argument that is not a Tensor) or an input's tensor cannot be allocated, Error(kModel)
+// naming the inputs and the interpreter's message when forward or backward fails, or when no output
+// requires grad, and instrument_units' Error(kPlanning) for a unit it cannot hook.
 TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
                       const std::vector<TraceInput>& inputs);
 

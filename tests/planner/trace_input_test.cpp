@@ -123,10 +123,24 @@ TEST(TraceInputSpec, MalformedSpecsAreUsageErrorsNamingSpecAndForm) {
                      "float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool)" +
                          form);
   EXPECT_MFSDP_ERROR(parse_trace_input("2x64:"), ExitCode::kUsage, "unknown dtype ''");
+}
+
+TEST(TraceInputSpec, AnInputOverOneGiBIsAUsageErrorSayingTheLimit) {
+  // 10^10 int64 zeros: LibTorch's allocation failure used to end mfsdp as an internal error.
+  EXPECT_MFSDP_ERROR(parse_trace_input("100000x100000:int64"), ExitCode::kUsage,
+                     "--trace-input '100000x100000:int64' is 80000000000 bytes; an example input "
+                     "holds at most 1073741824 bytes (1 GiB), so trace with a smaller batch, e.g. "
+                     "2x64:int64");
   EXPECT_MFSDP_ERROR(parse_trace_input("100000x100000x1000"), ExitCode::kUsage,
-                     "more than 2^40 elements");
+                     "'100000x100000x1000' is 40000000000000 bytes; an example input holds at "
+                     "most 1073741824 bytes");
+  EXPECT_MFSDP_ERROR(parse_trace_input("4294967296x4294967296"), ExitCode::kUsage,
+                     "is more than 2^63 bytes; an example input holds at most");
   EXPECT_MFSDP_ERROR(parse_trace_input("99999999999999999999999"), ExitCode::kUsage,
-                     "more than 2^40 elements");
+                     "is more than 2^63 bytes; an example input holds at most");
+  EXPECT_EQ(parse_trace_input("16384x16384:int32").shape, (std::vector<int64_t>{16384, 16384}));
+  EXPECT_MFSDP_ERROR(parse_trace_input("16384x16385:int32"), ExitCode::kUsage,
+                     "is 1073807360 bytes");
 }
 
 TEST(TraceUnits, RecordsTheReorderedCallOrderAndReverseBackward) {

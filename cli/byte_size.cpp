@@ -1,7 +1,10 @@
 #include "cli/byte_size.h"
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 
 #include "schema/error.h"
@@ -43,16 +46,21 @@ int64_t parse_bytes(const std::string& text, const std::string& flag) {
                 {"MB", 1000 * 1000},
                 {"GB", 1000 * 1000 * 1000},
                 {"TB", int64_t{1000} * 1000 * 1000 * 1000}};
-  if (digits > 0 && digits <= 15) {
-    const int64_t number = std::stoll(text.substr(0, digits));
-    for (const auto& s : scales) {
-      if (unit == s.name && number <= std::numeric_limits<int64_t>::max() / s.scale) {
-        return number * s.scale;
-      }
-    }
+  const auto scale = std::find_if(std::begin(scales), std::end(scales),
+                                  [&](const auto& s) { return unit == s.name; });
+  if (digits == 0 || scale == std::end(scales)) {
+    fail(ExitCode::kUsage,
+         flag + " '" + text + "' is not a byte size; write e.g. 512MiB, 2GiB, 1GB or 1048576");
   }
-  fail(ExitCode::kUsage,
-       flag + " '" + text + "' is not a byte size; write e.g. 512MiB, 2GiB, 1GB or 1048576");
+  int64_t number = 0;
+  const bool fits = std::from_chars(text.data(), text.data() + digits, number).ec == std::errc() &&
+                    number <= std::numeric_limits<int64_t>::max() / scale->scale;
+  if (!fits) {
+    fail(ExitCode::kUsage, flag + " '" + text + "' is too large; a byte size is at most " +
+                               std::to_string(std::numeric_limits<int64_t>::max()) +
+                               " bytes (8 EiB)");
+  }
+  return number * scale->scale;
 }
 
 }  // namespace mfsdp::cli

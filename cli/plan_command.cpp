@@ -2,6 +2,8 @@
 // into a plan file, plus a short summary for the person who ran it.
 #include "cli/plan_command.h"
 
+#include <charconv>
+#include <cstdint>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -14,6 +16,7 @@
 #include "planner/sharding_scope.h"
 #include "planner/trace_input.h"
 #include "schema/error.h"
+#include "schema/json_text.h"
 #include "schema/model_path.h"
 #include "schema/plan.h"
 #include "schema/plan_json.h"
@@ -24,8 +27,9 @@ namespace {
 struct PlanFlags {
   std::string model;
   std::string output;
-  int64_t world_size = 0;
-  int64_t replicate = 1;
+  // Whole numbers are read as typed and checked here: CLI11 would clamp a value beyond 64 bits.
+  std::string world_size;
+  std::string replicate;
   std::vector<std::string> unit_globs;
   std::vector<std::string> unit_types;
   bool auto_units = false;
@@ -33,12 +37,12 @@ struct PlanFlags {
   std::string param_dtype;
   std::string reduce_dtype;
   bool reshard_after_forward = false, no_reshard_after_forward = false;
-  int64_t prefetch = 1;
-  int64_t forward_prefetch = 1;
-  int64_t backward_prefetch = 1;
+  std::string prefetch;
+  std::string forward_prefetch;
+  std::string backward_prefetch;
   std::string resident_budget;
   bool unified_stream = false, no_unified_stream = false;
-  int64_t align_bytes = 16;
+  std::string align_bytes;
   std::vector<std::string> trace_inputs;
   std::string training_file;
   bool quiet = false;
@@ -169,6 +173,27 @@ void print_json_summary(const schema::Plan& plan, const std::string& output) {
   std::cout << s.dump(2) << "\n";
 }
 
+const std::string kRankRange = "from 1 to " + std::to_string(schema::kMaxWorldSize) +
+                               " (ranks are 32-bit ints in Gloo and NCCL)";
+const std::string kAlignRange =
+    "a power of two from 1 to " + std::to_string(schema::kMaxAlignBytes) + " (1 GiB)";
+const std::string kPrefetchRange = "0 (no prefetch) or more, up to 9223372036854775807";
+
+// `text` of whole-number flag `flag`, which must lie in [min, max] (`range` says so in words).
+int64_t whole_number(const std::string& text, const std::string& flag, int64_t min, int64_t max,
+                     const std::string& range) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error == std::errc::invalid_argument || stop != end) {
+    fail(ExitCode::kUsage, flag + " '" + text + "' is not a whole number; it must be " + range);
+  }
+  if (error == std::errc::result_out_of_range || value < min || value > max) {
+    fail(ExitCode::kUsage, flag + " " + text + " is invalid; it must be " + range);
+  }
+  return value;
+}
+
 // Policy values come from flags or the scope file; refuse bad ones before loading the model.
 void check_policy_flags(const schema::Policy& policy) {
   const char* floating = "float32, bfloat16, float16 or float64";
@@ -182,8 +207,9 @@ void check_policy_flags(const schema::Policy& policy) {
   }
   if (policy.forward_prefetch < 0 || policy.backward_prefetch < 0) {
     fail(ExitCode::kUsage,
-         "--prefetch/--forward-prefetch/--backward-prefetch must be 0 (no "
-         "prefetch) or more");
+         "--prefetch/--forward-prefetch/--backward-prefetch (policy.forward_prefetch, "
+         "policy.backward_prefetch) must be " +
+             kPrefetchRange);
   }
   if (policy.resident_budget_bytes < 0) {
     fail(ExitCode::kUsage,
@@ -195,6 +221,10 @@ void check_policy_flags(const schema::Policy& policy) {
     fail(ExitCode::kUsage, "--align (policy.align_bytes) " + std::to_string(a) +
                                " is not a power of two (e.g. 16 or 256)");
   }
+  if (a > schema::kMaxAlignBytes) {
+    fail(ExitCode::kUsage, "--align (policy.align_bytes) " + std::to_string(a) +
+                               " is too large; it must be " + kAlignRange);
+  }
 }
 
 schema::Training read_training_file(const std::string& path) {
@@ -203,11 +233,8 @@ schema::Training read_training_file(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(ExitCode::kUsage, path + ": not valid JSON (" + e.what() + ")");
-  }
+  const std::string error = schema::parse_json_text(text.str(), doc);
+  if (!error.empty()) fail(ExitCode::kUsage, path + ": not valid JSON: " + error);
   return schema::training_from_json(doc, path, "");
 }
 
@@ -221,19 +248,24 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   }
 
   schema::Mesh mesh;
-  mesh.world_size =
-      cmd.count("--world-size") ? flags.world_size : scope_file.world_size.value_or(0);
-  if (!cmd.count("--world-size") && !scope_file.world_size) {
+  if (cmd.count("--world-size")) {
+    mesh.world_size =
+        whole_number(flags.world_size, "--world-size", 1, schema::kMaxWorldSize, kRankRange);
+  } else if (scope_file.world_size) {
+    mesh.world_size = *scope_file.world_size;
+    if (mesh.world_size < 1 || mesh.world_size > schema::kMaxWorldSize) {
+      fail(ExitCode::kUsage, flags.scope_file + ": mesh.world_size " +
+                                 std::to_string(mesh.world_size) + " is invalid; it must be " +
+                                 kRankRange);
+    }
+  } else {
     fail(ExitCode::kUsage,
          "--world-size is required (the number of ranks the plan is for; or "
          "mesh.world_size in a --scope file)");
   }
-  mesh.replicate_size =
-      cmd.count("--replicate") ? flags.replicate : scope_file.replicate_size.value_or(1);
-  if (mesh.world_size < 1) {
-    fail(ExitCode::kUsage,
-         "--world-size " + std::to_string(mesh.world_size) + " is invalid; it must be at least 1");
-  }
+  mesh.replicate_size = cmd.count("--replicate") ? whole_number(flags.replicate, "--replicate", 1,
+                                                                schema::kMaxWorldSize, kRankRange)
+                                                 : scope_file.replicate_size.value_or(1);
   if (mesh.replicate_size < 1 || mesh.world_size % mesh.replicate_size != 0) {
     fail(ExitCode::kUsage, "--replicate " + std::to_string(mesh.replicate_size) +
                                " must be at least 1 and divide --world-size " +
@@ -257,15 +289,27 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   one_of(flags.unified_stream, flags.no_unified_stream, "unified-stream");
   if (flags.reshard_after_forward) policy.reshard_after_forward = true;
   if (flags.no_reshard_after_forward) policy.reshard_after_forward = false;
-  if (cmd.count("--prefetch")) policy.forward_prefetch = policy.backward_prefetch = flags.prefetch;
-  if (cmd.count("--forward-prefetch")) policy.forward_prefetch = flags.forward_prefetch;
-  if (cmd.count("--backward-prefetch")) policy.backward_prefetch = flags.backward_prefetch;
+  const auto prefetch = [](const std::string& text, const char* flag) {
+    return whole_number(text, flag, 0, INT64_MAX, kPrefetchRange);
+  };
+  if (cmd.count("--prefetch")) {
+    policy.forward_prefetch = policy.backward_prefetch = prefetch(flags.prefetch, "--prefetch");
+  }
+  if (cmd.count("--forward-prefetch")) {
+    policy.forward_prefetch = prefetch(flags.forward_prefetch, "--forward-prefetch");
+  }
+  if (cmd.count("--backward-prefetch")) {
+    policy.backward_prefetch = prefetch(flags.backward_prefetch, "--backward-prefetch");
+  }
   if (cmd.count("--resident-budget")) {
     policy.resident_budget_bytes = parse_bytes(flags.resident_budget, "--resident-budget");
   }
   if (flags.unified_stream) policy.unified_stream = true;
   if (flags.no_unified_stream) policy.unified_stream = false;
-  if (cmd.count("--align")) policy.align_bytes = flags.align_bytes;
+  if (cmd.count("--align")) {
+    policy.align_bytes = whole_number(flags.align_bytes, "--align (policy.align_bytes)", INT64_MIN,
+                                      INT64_MAX, kAlignRange);
+  }
 
   check_policy_flags(policy);
   std::vector<planner::TraceInput> trace_inputs;
@@ -318,9 +362,12 @@ void add_plan_command(CLI::App& app) {
       ->required();
   cmd->add_option("-o,--output", flags->output,
                   "Plan file to write (default: <model name>.plan.json); written atomically");
-  cmd->add_option("--world-size", flags->world_size, "Number of ranks the plan is for");
+  cmd->add_option("--world-size", flags->world_size,
+                  "Number of ranks the plan is for, 1 to 2147483647")
+      ->type_name("INT");
   cmd->add_option("--replicate", flags->replicate,
-                  "HSDP replicas: world = shard x replicate (default 1: plain FSDP)");
+                  "HSDP replicas: world = shard x replicate (default 1: plain FSDP)")
+      ->type_name("INT");
   cmd->add_option("--unit", flags->unit_globs,
                   "fully_shard the modules matching this path glob (repeatable)")
       ->allow_extra_args(false);
@@ -342,14 +389,18 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--no-reshard-after-forward", flags->no_reshard_after_forward,
                 "Keep each unit gathered from its forward until its backward: fewer "
                 "all-gathers, more memory");
-  cmd->add_option("--prefetch", flags->prefetch, "All-gathers to keep in flight ahead (default 1)");
+  cmd->add_option("--prefetch", flags->prefetch, "All-gathers to keep in flight ahead (default 1)")
+      ->type_name("INT");
   cmd->add_option("--forward-prefetch", flags->forward_prefetch,
-                  "Prefetch depth in forward (default: --prefetch)");
+                  "Prefetch depth in forward (default: --prefetch)")
+      ->type_name("INT");
   cmd->add_option("--backward-prefetch", flags->backward_prefetch,
-                  "Prefetch depth in backward (default: --prefetch)");
+                  "Prefetch depth in backward (default: --prefetch)")
+      ->type_name("INT");
   cmd->add_option("--resident-budget", flags->resident_budget,
                   "Cap on gathered (unsharded) bytes, e.g. 4GiB; prefetch waits to stay under it "
-                  "(default: no cap)");
+                  "(default: no cap)")
+      ->type_name("SIZE");
   cmd->add_flag(
       "--unified-stream", flags->unified_stream,
       "Issue all collectives on one stream instead of separate all-gather and reduce-scatter "
@@ -357,11 +408,13 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--no-unified-stream", flags->no_unified_stream,
                 "Separate all-gather and reduce-scatter streams (the default)");
   cmd->add_option("--align", flags->align_bytes,
-                  "Align parameter offsets and shard boundaries to this many bytes (default 16)");
+                  "Align parameter offsets and shard boundaries to this many bytes, a power of "
+                  "two up to 1073741824 (default 16)")
+      ->type_name("INT");
   cmd->add_option("--trace-input", flags->trace_inputs,
-                  "Run one forward/backward on a tensor of this SHAPE[:DTYPE] (e.g. 2x64:int64; "
-                  "one per forward argument, in order) and plan the unit calls and orders it "
-                  "observes; records per-unit times")
+                  "Run one forward/backward on a tensor of this SHAPE[:DTYPE] (e.g. 2x64:int64, "
+                  "at most 1 GiB; one per forward argument, in order) and plan the unit calls "
+                  "and orders it observes; records per-unit times")
       ->allow_extra_args(false);
   cmd->add_option("--training", flags->training_file,
                   "JSON file of training defaults for mfsdp run (steps, global_batch, lr, ...; "

@@ -60,24 +60,42 @@ schema::Plan emit_plan(const PlanIR& ir) {
   plan.memory = ir.memory;
   plan.memory.sharded_param_bytes = 0;
   plan.memory.sharded_grad_bytes = 0;
+  schema::Memory& memory = plan.memory;
   for (const auto& unit : plan.units) {
-    plan.memory.sharded_param_bytes += unit.sharded_bytes;
-    plan.memory.sharded_grad_bytes += schema::unit_gradient_shard_bytes(ir.policy, unit);
+    memory.sharded_param_bytes = schema::add_sizes(memory.sharded_param_bytes, unit.sharded_bytes,
+                                                   "memory.sharded_param_bytes");
+    memory.sharded_grad_bytes = schema::add_sizes(
+        memory.sharded_grad_bytes, schema::unit_gradient_shard_bytes(ir.policy, unit),
+        "memory.sharded_grad_bytes");
   }
 
+  schema::Communication& communication = plan.communication;
   for (const auto& e : plan.schedule) {
     for (const auto& name : e.all_gather) {
-      ++plan.communication.all_gather_count;
-      plan.communication.all_gather_bytes += unit_by_name.at(name)->unsharded_bytes;
+      ++communication.all_gather_count;
+      communication.all_gather_bytes =
+          schema::add_sizes(communication.all_gather_bytes, unit_by_name.at(name)->unsharded_bytes,
+                            "communication.all_gather_bytes");
     }
     for (const auto& name : e.reduce_scatter) {
       const schema::Unit& unit = *unit_by_name.at(name);
-      ++plan.communication.reduce_scatter_count;
-      plan.communication.reduce_scatter_bytes += schema::unit_reduce_scatter_bytes(ir.policy, unit);
+      ++communication.reduce_scatter_count;
+      communication.reduce_scatter_bytes = schema::add_sizes(
+          communication.reduce_scatter_bytes, schema::unit_reduce_scatter_bytes(ir.policy, unit),
+          "communication.reduce_scatter_bytes");
       if (ir.mesh.replicate_size > 1) {
-        plan.communication.all_reduce_bytes += schema::unit_gradient_shard_bytes(ir.policy, unit);
+        communication.all_reduce_bytes = schema::add_sizes(
+            communication.all_reduce_bytes, schema::unit_gradient_shard_bytes(ir.policy, unit),
+            "communication.all_reduce_bytes");
       }
     }
+  }
+  // Readers add these up (mfsdp diff's totals) and refuse a plan whose sums do not fit.
+  if (!schema::per_rank_bytes(memory)) {
+    schema::fail_size_overflow("the per-rank memory (sharded params + grads + slots)");
+  }
+  if (!schema::communication_bytes(communication)) {
+    schema::fail_size_overflow("the communication of one microbatch (all collectives)");
   }
   plan.diagnostics = ir.diagnostics;
   plan.trace = ir.trace;

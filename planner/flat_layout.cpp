@@ -4,13 +4,6 @@
 #include "schema/plan_rules.h"
 
 namespace mfsdp::planner {
-namespace {
-
-int64_t round_up(int64_t n, int64_t multiple) {
-  return (n + multiple - 1) / multiple * multiple;
-}
-
-}  // namespace
 
 void lay_out_groups(PlanIR& ir) {
   const int64_t shards = ir.mesh.shard_size;
@@ -31,11 +24,16 @@ void lay_out_groups(PlanIR& ir) {
       param.aliases.assign(tensor.names.begin() + 1, tensor.names.end());
       param.shape = tensor.shape;
       param.numel = tensor.numel();
-      param.offset = round_up(group->numel, schema::align_elems(ir.policy, tensor.dtype));
-      group->numel = param.offset + param.numel;
+      // Sizes are checked: an absurd alignment must fail with a message, not wrap.
+      param.offset =
+          schema::padded_numel(group->numel, 1, schema::align_elems(ir.policy, tensor.dtype));
+      group->numel =
+          schema::add_sizes(param.offset, param.numel,
+                            "unit '" + unit.name + "': numel of its " + tensor.dtype + " group");
       group->params.push_back(std::move(param));
     }
     schema::Unit sizes;
+    sizes.name = unit.name;
     for (auto& g : unit.groups) {
       g.padded_numel =
           schema::padded_numel(g.numel, shards, schema::align_elems(ir.policy, g.dtype));

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "planner/passes.h"
+#include "schema/plan_rules.h"
 
 namespace mfsdp::planner {
 namespace {
@@ -76,7 +77,7 @@ void assign_slots(PlanIR& ir) {
     out.index = static_cast<int64_t>(s);
     out.bytes = slots[s].bytes;
     for (int u : slots[s].units) out.units.push_back(ir.units[u].name);
-    ir.memory.slot_bytes += out.bytes;
+    ir.memory.slot_bytes = schema::add_sizes(ir.memory.slot_bytes, out.bytes, "memory.slot_bytes");
     ir.memory.slots.push_back(std::move(out));
   }
 }

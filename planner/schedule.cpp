@@ -138,7 +138,7 @@ class Simulation {
       if (holds_nothing(v)) continue;
       ++counted;
       if (started_[v] || state_[v] != State::kSharded) continue;
-      if (budget > 0 && live_ + ir_.units[v].unsharded_bytes > budget) {
+      if (budget > 0 && ir_.units[v].unsharded_bytes > budget - live_) {
         ++held_back_;
         break;
       }
@@ -149,7 +149,9 @@ class Simulation {
   void issue(schema::ScheduleEntry& e, int u) {
     e.all_gather.push_back(ir_.units[u].name);
     state_[u] = State::kGathering;
-    live_ += ir_.units[u].unsharded_bytes;
+    live_ = schema::add_sizes(
+        live_, ir_.units[u].unsharded_bytes,
+        "the live unsharded bytes at schedule[" + std::to_string(ir_.schedule.size() - 1) + "]");
   }
 
   void reshard(schema::ScheduleEntry& e, int u) {

@@ -1,5 +1,6 @@
 #include "planner/scope_file.h"
 
+#include <cstdint>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "schema/error.h"
+#include "schema/json_text.h"
 #include "schema/plan_json.h"
 
 namespace mfsdp::planner {
@@ -38,6 +40,11 @@ class Reader {
 
   int64_t integer(const json& v, const std::string& where) const {
     if (!v.is_number_integer()) bad(where, "expected an integer");
+    // An integer beyond int64_t is unsigned here; get<int64_t> would wrap it to a negative.
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}) {
+      bad(where,
+          v.dump() + " is out of range; the largest integer here is " + std::to_string(INT64_MAX));
+    }
     return v.get<int64_t>();
   }
   bool boolean(const json& v, const std::string& where) const {
@@ -61,11 +68,8 @@ ScopeFile read_scope_file(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   json doc;
-  try {
-    doc = json::parse(text.str());
-  } catch (const json::parse_error& e) {
-    fail(ExitCode::kUsage, path + ": not valid JSON (" + e.what() + ")");
-  }
+  const std::string error = schema::parse_json_text(text.str(), doc);
+  if (!error.empty()) fail(ExitCode::kUsage, path + ": not valid JSON: " + error);
   Reader r(path);
   r.only_keys(doc, "", {"mesh", "policy", "fully_shard", "training"});
   ScopeFile out;

@@ -1,6 +1,7 @@
 #include "planner/sharding_scope.h"
 
 #include "planner/passes.h"
+#include "schema/checked_int64.h"
 #include "schema/error.h"
 
 namespace mfsdp::planner {
@@ -13,16 +14,17 @@ std::string scope_label(int id) {
 }
 
 void check_mesh(const schema::Mesh& mesh) {
-  if (mesh.world_size < 1) {
-    fail(ExitCode::kPlanning,
-         "world size " + std::to_string(mesh.world_size) + " is invalid; it must be at least 1");
+  if (mesh.world_size < 1 || mesh.world_size > schema::kMaxWorldSize) {
+    fail(ExitCode::kPlanning, "world size " + std::to_string(mesh.world_size) +
+                                  " is invalid; it must be from 1 to " +
+                                  std::to_string(schema::kMaxWorldSize));
   }
   if (mesh.replicate_size < 1 || mesh.world_size % mesh.replicate_size != 0) {
     fail(ExitCode::kPlanning, "replicate size " + std::to_string(mesh.replicate_size) +
                                   " must be at least 1 and divide the world size " +
                                   std::to_string(mesh.world_size));
   }
-  if (mesh.shard_size * mesh.replicate_size != mesh.world_size) {
+  if (schema::checked_mul(mesh.shard_size, mesh.replicate_size) != mesh.world_size) {
     fail(ExitCode::kPlanning, "mesh shard size " + std::to_string(mesh.shard_size) +
                                   " × replicate size " + std::to_string(mesh.replicate_size) +
                                   " is not the world size " + std::to_string(mesh.world_size));
@@ -49,6 +51,10 @@ void check_policy(const schema::Policy& policy) {
   if (a < 1 || (a & (a - 1)) != 0) {
     fail(ExitCode::kPlanning,
          "alignment " + std::to_string(a) + " bytes is not a power of two (e.g. 16 or 256)");
+  }
+  if (a > schema::kMaxAlignBytes) {
+    fail(ExitCode::kPlanning, "alignment " + std::to_string(a) + " bytes is more than " +
+                                  std::to_string(schema::kMaxAlignBytes) + " (1 GiB), the largest");
   }
 }
 

@@ -220,6 +220,72 @@ TEST(PlanCli, BadPolicyValuesFailBeforeLoadingTheModelNamingTheFlag) {
                        "must be 0 (no prefetch) or more");
 }
 
+TEST(PlanCli, SizesBeyondWhatAPlanHoldsAreUsageErrorsSayingTheLimit) {
+  const std::string ranks =
+      "it must be from 1 to 2147483647 (ranks are 32-bit ints in Gloo and NCCL)";
+  // 2^62 × 4 alignment elements once wrapped to 0 and divided by it (SIGFPE); 2^63 - 1 and
+  // beyond-64-bit values were taken as given, or clamped, and made plans validate refuses.
+  for (const char* world :
+       {"4611686018427387904", "9223372036854775807", "99999999999999999999", "2147483648"}) {
+    expect_clean_failure({"missing.pt", "--world-size", world, "--auto"}, 2,
+                         "--world-size " + std::string(world) + " is invalid; " + ranks);
+  }
+  expect_clean_failure({"missing.pt", "--world-size", "2x", "--auto"}, 2,
+                       "--world-size '2x' is not a whole number; " + ranks);
+  expect_clean_failure(
+      {"missing.pt", "--world-size", "2", "--replicate", "99999999999999999999", "--auto"}, 2,
+      "--replicate 99999999999999999999 is invalid; " + ranks);
+  expect_clean_failure(
+      {"missing.pt", "--world-size", "2", "--auto", "--align", "4611686018427387904"}, 2,
+      "--align (policy.align_bytes) 4611686018427387904 is too large; it must be a power of two "
+      "from 1 to 1073741824 (1 GiB)");
+  expect_clean_failure(
+      {"missing.pt", "--world-size", "2", "--auto", "--align", "99999999999999999999"}, 2,
+      "--align (policy.align_bytes) 99999999999999999999 is invalid; it must be a power of two "
+      "from 1 to 1073741824 (1 GiB)");
+  expect_clean_failure(
+      {"missing.pt", "--world-size", "2", "--auto", "--prefetch", "99999999999999999999"}, 2,
+      "--prefetch 99999999999999999999 is invalid; it must be 0 (no prefetch) or more, up to "
+      "9223372036854775807");
+  expect_clean_failure(
+      {"missing.pt", "--world-size", "2", "--auto", "--resident-budget", "99999999999999999999"}, 2,
+      "--resident-budget '99999999999999999999' is too large; a byte size is at "
+      "most 9223372036854775807 bytes (8 EiB)");
+  expect_clean_failure(
+      {"missing.pt", "--world-size", "2", "--auto", "--resident-budget", "9000000TiB"}, 2,
+      "--resident-budget '9000000TiB' is too large");
+}
+
+TEST(PlanCli, ScopeFileSizesBeyondWhatAPlanHoldsAreUsageErrorsNamingTheKey) {
+  const std::string scope = "tests/fixtures/bad/huge_world_size.scope.json";
+  expect_clean_failure({"missing.pt", "--scope", scope}, 2,
+                       scope +
+                           ": mesh.world_size 4611686018427387904 is invalid; it must be from "
+                           "1 to 2147483647");
+  expect_clean_failure({"missing.pt", "--scope", "tests/fixtures/bad/huge_align.scope.json"}, 2,
+                       "--align (policy.align_bytes) 4611686018427387904 is too large");
+  const std::string wrapped = temp_path("scope_wrapped_world.json");
+  std::ofstream(wrapped)
+      << R"({"mesh": {"world_size": 18446744073709551615}, "fully_shard": ["a"]})";
+  expect_clean_failure({"missing.pt", "--scope", wrapped}, 2,
+                       wrapped + ": mesh.world_size: 18446744073709551615 is out of range");
+  // A flag overrides the file's value, so the file's bad value no longer matters.
+  const std::string out = temp_path("scope_huge_world_overridden.plan.json");
+  const RunResult r = mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--scope", scope, "--world-size",
+                             "2", "-o", out, "-q"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(PlanCli, APlanWhoseSizesOverflowIsAPlanningErrorNotAWrappedPlan) {
+  // Each flag at its limit: 2^31 - 1 shards × 2^28 float32 elements of alignment pad every
+  // group to about 2^59 elements, and five all-gathers of those overflow 64 bits.
+  expect_clean_failure({"examples/bytegpt.pt", "--world-size", "2147483647", "--align",
+                        "1073741824", "--unit", "layers.*", "--unit", "<root>"},
+                       4,
+                       "does not fit in 64 bits (at most 9223372036854775807); plan for a "
+                       "smaller world size (--world-size) or alignment (--align)");
+}
+
 TEST(PlanCli, FlagsOverrideAScopeFileInBothDirections) {
   const std::string scope = temp_path("scope_policy.json");
   std::ofstream(scope) << R"({"policy": {"reshard_after_forward": false, "unified_stream": true},
@@ -351,6 +417,49 @@ TEST(PlanCli, TraceInputErrors) {
                        "tests/fixtures/reordered.pt: the traced step on --trace-input 4x7 failed "
                        "in forward: ");
   expect_clean_failure(wrong_shape, 3, "mat1 and mat2 shapes cannot be multiplied");
+}
+
+TEST(PlanCli, TraceInputTooLargeForMemoryIsAUsageErrorNotAnInternalOne) {
+  // 10^10 int64 zeros (80 GB): LibTorch's allocation failure used to exit with 70.
+  expect_clean_failure(
+      {"missing.pt", "--world-size", "2", "--auto", "--trace-input", "100000x100000:int64"}, 2,
+      "--trace-input '100000x100000:int64' is 80000000000 bytes; an example input "
+      "holds at most 1073741824 bytes (1 GiB), so trace with a smaller batch");
+}
+
+TEST(PlanCli, TraceInputThatCannotBeAllocatedNamesTheInput) {
+  // 1 GiB is within the limit but not within 1 GB of address space; LibTorch itself fits.
+  const RunResult r = run_program(
+      "/bin/sh",
+      {"-c",
+       "ulimit -v 1000000 && exec \"$0\" plan examples/bytegpt.pt --world-size 2 --unit "
+       "'<root>' --trace-input 8192x16384:int64 -o \"$1\"",
+       MFSDP_BINARY, temp_path("trace_no_memory.plan.json")},
+      kRepo);
+  if (r.err.find("--trace-input") == std::string::npos) {
+    GTEST_SKIP() << "this LibTorch does not start in 1 GB of address space: " << r.err;
+  }
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_EQ(r.err,
+            "mfsdp: error: --trace-input '8192x16384:int64': cannot allocate its example tensor "
+            "of 1073741824 bytes (out of memory); trace with a smaller batch\n");
+}
+
+TEST(PlanCli, ScopeAndTrainingFilesWithANulByteAndGarbageAreRefused) {
+  const std::string scope = "tests/fixtures/bad/nul_after_scope.scope.json";
+  expect_clean_failure({"missing.pt", "--scope", scope}, 2,
+                       scope +
+                           ": not valid JSON: trailing content after the JSON document: a NUL "
+                           "byte at byte offset 55 (line 2 column 1)");
+  const std::string training = temp_path("plan_nul_training.json");
+  std::ofstream(training, std::ios::binary) << std::string("{\"steps\": 10}\0garbage", 21);
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "<root>",
+                        "--training", training},
+                       2,
+                       training +
+                           ": not valid JSON: trailing content after the JSON document: a "
+                           "NUL byte at byte offset 13 (line 1 column 14)");
 }
 
 TEST(PlanCli, UnwritableOutputIsAnIoError) {

@@ -47,6 +47,30 @@ TEST(ScopeFile, RejectsWrongTypes) {
                      "mesh.world_size: expected an integer");
 }
 
+TEST(ScopeFile, RejectsIntegersBeyond64BitsInsteadOfWrappingThem) {
+  // 2^64 - 1 would read back as -1, and 2^63 as the most negative integer.
+  const std::string path = write_temp(
+      "scope_huge.json", R"({"mesh": {"world_size": 18446744073709551615}, "fully_shard": ["a"]})");
+  EXPECT_MFSDP_ERROR(read_scope_file(path), ExitCode::kUsage,
+                     path +
+                         ": mesh.world_size: 18446744073709551615 is out of range; the largest "
+                         "integer here is 9223372036854775807");
+  const std::string align =
+      write_temp("scope_huge_align.json",
+                 R"({"policy": {"align_bytes": 9223372036854775808}, "fully_shard": ["a"]})");
+  EXPECT_MFSDP_ERROR(read_scope_file(align), ExitCode::kUsage,
+                     "policy.align_bytes: 9223372036854775808 is out of range");
+}
+
+TEST(ScopeFile, RejectsANulByteAndGarbageAfterTheDocument) {
+  const std::string path = ::testing::TempDir() + "/scope_nul.json";
+  std::ofstream(path, std::ios::binary) << std::string("{\"fully_shard\": [\"a\"]}\n\0garbage", 31);
+  EXPECT_MFSDP_ERROR(read_scope_file(path), ExitCode::kUsage,
+                     path +
+                         ": not valid JSON: trailing content after the JSON document: a NUL "
+                         "byte at byte offset 23 (line 2 column 1)");
+}
+
 TEST(ScopeFile, RequiresFullyShardList) {
   const std::string path = write_temp("scope_empty.json", R"({"fully_shard": []})");
   EXPECT_MFSDP_ERROR(read_scope_file(path), ExitCode::kUsage, "fully_shard: expected a non-empty");

@@ -13,6 +13,7 @@
 #include "planner/torch_model.h"
 #include "schema/digest.h"
 #include "schema/error.h"
+#include "schema/plan_check.h"
 #include "schema/plan_json.h"
 #include "schema/plan_rules.h"
 
@@ -55,12 +56,55 @@ schema::Plan read_checkpoint_plan(const std::string& checkpoint, const Manifest&
     fail(ExitCode::kUsage,
          path + " does not match its sha256 in the manifest (damaged); use another checkpoint");
   }
+  // The digest only shows that the plan is the one the manifest names: a plan edited and
+  // re-hashed must still pass every rule before its offsets index the shards.
   schema::ParseResult parsed = schema::read_plan_file(path);
-  if (!parsed.problems.empty()) {
-    fail(ExitCode::kUsage, path + " is not a valid plan (" + parsed.problems.front().str() +
-                               "); use another checkpoint");
+  const std::vector<schema::Problem> problems =
+      parsed.problems.empty() ? schema::check_plan(parsed.plan) : parsed.problems;
+  if (!problems.empty()) {
+    const size_t more = problems.size() - 1;
+    fail(ExitCode::kUsage,
+         path + " is not a valid plan (" + problems.front().str() +
+             (more ? "; and " + std::to_string(more) + " more, see mfsdp validate" : "") +
+             "); use another checkpoint");
+  }
+  const schema::Mesh& mesh = parsed.plan.mesh;
+  if (mesh.world_size != manifest.mesh.world_size || mesh.shard_size != manifest.mesh.shard_size ||
+      mesh.replicate_size != manifest.mesh.replicate_size) {
+    fail(ExitCode::kUsage, path + " is for mesh shard " + std::to_string(mesh.shard_size) +
+                               " x replicate " + std::to_string(mesh.replicate_size) +
+                               ", but the manifest records shard " +
+                               std::to_string(manifest.mesh.shard_size) + " x replicate " +
+                               std::to_string(manifest.mesh.replicate_size) +
+                               " (edited or damaged); use another checkpoint");
   }
   return parsed.plan;
+}
+
+// Every parameter the plan lays out, as the model has it: the same name and shape. The
+// structural hash says so for plans mfsdp wrote; an edited plan can keep the hash and change
+// the layout.
+void check_plan_parameters(const schema::Plan& plan, const std::string& plan_path,
+                           const std::map<std::string, at::Tensor>& params,
+                           const std::string& model_path) {
+  for (const auto& unit : plan.units) {
+    for (const auto& group : unit.groups) {
+      if (!schema::has_gradient(group)) continue;
+      for (const auto& p : group.params) {
+        const auto it = params.find(p.name);
+        if (it == params.end()) {
+          fail(ExitCode::kUsage, plan_path + " lays out parameter '" + p.name + "', which " +
+                                     model_path + " does not have (edited or damaged); use " +
+                                     "another checkpoint");
+        }
+        if (it->second.sizes() != at::IntArrayRef(p.shape)) {
+          fail(ExitCode::kUsage, plan_path + " gives parameter '" + p.name +
+                                     "' another shape than " + model_path +
+                                     " (edited or damaged); use another checkpoint");
+        }
+      }
+    }
+  }
 }
 
 std::string read_text(const std::string& path) {
@@ -97,6 +141,12 @@ ExportSummary export_model(const std::string& checkpoint_arg, const std::string&
 
   // Replica 0 holds every shard once: ranks 0 .. shard_size-1 are its shard ranks in order.
   const std::vector<std::string> names = trainable_group_names(plan);
+  std::vector<const schema::Group*> trainable;
+  for (const auto& unit : plan.units) {
+    for (const auto& group : unit.groups) {
+      if (schema::has_gradient(group)) trainable.push_back(&group);
+    }
+  }
   std::vector<std::vector<at::Tensor>> shards(names.size());
   RankState first;
   for (int64_t rank = 0; rank < plan.mesh.shard_size; ++rank) {
@@ -113,12 +163,22 @@ ExportSummary export_model(const std::string& checkpoint_arg, const std::string&
                                  " holds shards of another layout than its plan says; use "
                                  "another checkpoint");
     }
-    for (size_t i = 0; i < names.size(); ++i) shards[i].push_back(state.shards[i]);
+    for (size_t i = 0; i < names.size(); ++i) {
+      const at::Tensor& shard = state.shards[i];
+      if (shard.dim() != 1 || shard.numel() != trainable[i]->shard_numel) {
+        fail(ExitCode::kUsage, checkpoint + "/" + entry->file + " holds " +
+                                   std::to_string(shard.numel()) + " elements of " + names[i] +
+                                   ", its plan " + std::to_string(trainable[i]->shard_numel) +
+                                   " per rank; use another checkpoint");
+      }
+      shards[i].push_back(shard);
+    }
     if (rank == 0) first = std::move(state);
   }
 
   std::map<std::string, at::Tensor> params;
   for (const auto& p : module.named_parameters(/*recurse=*/true)) params[p.name] = p.value;
+  check_plan_parameters(plan, checkpoint + "/" + kPlanFile, params, summary.model_path);
   at::NoGradGuard no_grad;
   size_t next = 0;
   for (const auto& unit : plan.units) {

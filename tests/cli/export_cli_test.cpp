@@ -1,0 +1,109 @@
+// `mfsdp export` of checkpoints edited by hand: whatever the files say, a refusal is one line
+// with exit 2, never an internal error. The checkpoint comes from a one-step `mfsdp run`.
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "schema/digest.h"
+#include "tests/cli/cli_test_support.h"
+
+namespace mfsdp::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+// A fresh copy of one checkpoint of tied_lm, trained for a step on one rank.
+std::string checkpoint_copy(const std::string& name) {
+  static const std::string trained = [] {
+    const std::string dir = temp_path("export_cli_run");
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string plan = dir + "/tied_lm.plan.json";
+    EXPECT_EQ(mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "1", "--unit", "layers.*",
+                     "--unit", "<root>", "-o", plan, "-q"})
+                  .exit_code,
+              0);
+    const RunResult r = mfsdp({"run", plan, "--data", "examples/tiny_corpus.txt", "--seq-len", "16",
+                               "--global-batch", "2", "--steps", "1", "--checkpoint-dir",
+                               dir + "/ckpt", "--master-port", "0"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return dir + "/ckpt/step-00000001";
+  }();
+  const std::string copy = temp_path("export_cli_" + name);
+  fs::remove_all(copy);
+  fs::copy(trained, copy);
+  return copy;
+}
+
+// Rewrites the checkpoint's plan.json and records its new sha256 in the manifest, as someone
+// who edits a checkpoint by hand would.
+void edit_plan(const std::string& checkpoint, const std::function<void(ordered_json&)>& change) {
+  ordered_json plan = ordered_json::parse(read_file(checkpoint + "/plan.json"));
+  change(plan);
+  const std::string text = plan.dump(2) + "\n";
+  std::ofstream(checkpoint + "/plan.json", std::ios::binary | std::ios::trunc) << text;
+  ordered_json manifest = ordered_json::parse(read_file(checkpoint + "/manifest.json"));
+  manifest["plan"]["sha256"] = schema::sha256_hex(text);
+  std::ofstream(checkpoint + "/manifest.json", std::ios::trunc) << manifest.dump(2) << "\n";
+}
+
+void expect_refused(const std::string& checkpoint, const std::string& text) {
+  const std::string out = checkpoint + ".pt";
+  fs::remove(out);
+  const RunResult r = mfsdp({"export", checkpoint, "-o", out});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_EQ(r.err.rfind("mfsdp: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(ExportCli, ExportsTheUneditedCheckpoint) {
+  const std::string checkpoint = checkpoint_copy("unedited");
+  const RunResult r = mfsdp({"export", checkpoint, "-o", checkpoint + ".pt", "-q"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(ExportCli, APlanEditedAndRehashedMustStillPassTheRules) {
+  // An offset far past the group once reached LibTorch's narrow() and exited with 70.
+  const std::string checkpoint = checkpoint_copy("offset");
+  edit_plan(checkpoint, [](ordered_json& plan) {
+    plan["units"][0]["groups"][0]["params"][0]["offset"] = 1000000000000;
+  });
+  expect_refused(checkpoint, checkpoint + "/plan.json is not a valid plan (units[0].groups[0]");
+  expect_refused(checkpoint, "; use another checkpoint");
+}
+
+TEST(ExportCli, APlanNamingAParameterTheModelLacksIsRefused) {
+  // Consistent in itself, so only the model can tell; std::map::at once exited with 70.
+  const std::string checkpoint = checkpoint_copy("renamed");
+  edit_plan(checkpoint, [](ordered_json& plan) {
+    plan["units"][0]["groups"][0]["params"][0]["name"] = "nope.weight";
+  });
+  expect_refused(checkpoint, checkpoint + "/plan.json lays out parameter 'nope.weight', which " +
+                                 kRepo + "/tests/fixtures/tied_lm.pt does not have");
+}
+
+TEST(ExportCli, APlanOfAnotherMeshThanTheManifestIsRefused) {
+  const std::string checkpoint = checkpoint_copy("mesh");
+  edit_plan(checkpoint, [](ordered_json& plan) { plan["mesh"]["world_size"] = 2; });
+  expect_refused(checkpoint, "/plan.json is not a valid plan (mesh.world_size");
+}
+
+TEST(ExportCli, AManifestWithANulByteAndGarbageIsDamaged) {
+  const std::string checkpoint = checkpoint_copy("nul");
+  const std::string manifest = read_file(checkpoint + "/manifest.json");
+  std::ofstream(checkpoint + "/manifest.json", std::ios::app | std::ios::binary)
+      << std::string("\0garbage", 8);
+  expect_refused(checkpoint, checkpoint +
+                                 "/manifest.json is damaged (not valid JSON: trailing content "
+                                 "after the JSON document: a NUL byte at byte offset " +
+                                 std::to_string(manifest.size()));
+}
+
+}  // namespace
+}  // namespace mfsdp::testing

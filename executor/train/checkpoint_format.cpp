@@ -108,6 +108,19 @@ RankFileEntry rank_entry_from_json(const json& doc, const std::string& where) {
   return entry;
 }
 
+namespace {
+
+// SHA-256 of the manifest without its "checksum", keys sorted and without spaces, so that
+// layout does not count. It chains the checkpoint together: rank files and plan.json are
+// checked against the digests the manifest lists, and those digests against this.
+std::string manifest_checksum(const json& doc) {
+  nlohmann::json canonical = nlohmann::json::parse(doc.dump());
+  canonical.erase("checksum");
+  return schema::sha256_hex(canonical.dump());
+}
+
+}  // namespace
+
 std::string dump_manifest(const Manifest& m) {
   nlohmann::ordered_json doc;
   doc["format"] = kCheckpointFormat;
@@ -121,6 +134,7 @@ std::string dump_manifest(const Manifest& m) {
   doc["config"] = nlohmann::ordered_json::parse(m.config.dump());
   doc["ranks"] = nlohmann::ordered_json::array();
   for (const auto& r : m.ranks) doc["ranks"].push_back(rank_entry_to_json(r));
+  doc["checksum"] = manifest_checksum(doc);
   return doc.dump(2) + "\n";
 }
 
@@ -143,6 +157,13 @@ Manifest read_manifest(const std::string& checkpoint) {
     if (format != kCheckpointFormat) {
       fail(ExitCode::kUsage, path + " is format '" + format + "' but this build reads " +
                                  kCheckpointFormat + "; use the mfsdp that wrote it");
+    }
+    // Manifests written before the checksum existed have none, and are read as they were.
+    if (doc.contains("checksum") &&
+        doc.at("checksum").get<std::string>() != manifest_checksum(doc)) {
+      fail(ExitCode::kUsage, path +
+                                 " does not match its own checksum: it was edited or damaged "
+                                 "after the save; use another checkpoint");
     }
     Manifest m;
     m.step = doc.at("step").get<int64_t>();

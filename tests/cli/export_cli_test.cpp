@@ -39,8 +39,9 @@ std::string checkpoint_copy(const std::string& name) {
   return copy;
 }
 
-// Rewrites the checkpoint's plan.json and records its new sha256 in the manifest, as someone
-// who edits a checkpoint by hand would.
+// Rewrites the checkpoint's plan.json and records its new sha256 in the manifest, and the
+// manifest's new checksum (docs/checkpoints.md), as someone who edits a checkpoint by hand
+// on purpose would.
 void edit_plan(const std::string& checkpoint, const std::function<void(ordered_json&)>& change) {
   ordered_json plan = ordered_json::parse(read_file(checkpoint + "/plan.json"));
   change(plan);
@@ -48,6 +49,9 @@ void edit_plan(const std::string& checkpoint, const std::function<void(ordered_j
   std::ofstream(checkpoint + "/plan.json", std::ios::binary | std::ios::trunc) << text;
   ordered_json manifest = ordered_json::parse(read_file(checkpoint + "/manifest.json"));
   manifest["plan"]["sha256"] = schema::sha256_hex(text);
+  nlohmann::json canonical = nlohmann::json::parse(manifest.dump());
+  canonical.erase("checksum");
+  manifest["checksum"] = schema::sha256_hex(canonical.dump());
   std::ofstream(checkpoint + "/manifest.json", std::ios::trunc) << manifest.dump(2) << "\n";
 }
 
@@ -86,6 +90,16 @@ TEST(ExportCli, APlanNamingAParameterTheModelLacksIsRefused) {
   });
   expect_refused(checkpoint, checkpoint + "/plan.json lays out parameter 'nope.weight', which " +
                                  kRepo + "/tests/fixtures/tied_lm.pt does not have");
+}
+
+TEST(ExportCli, APlanRehashedWithoutTheManifestsChecksumIsDamaged) {
+  const std::string checkpoint = checkpoint_copy("checksum");
+  const std::string text = read_file(checkpoint + "/plan.json") + " ";
+  std::ofstream(checkpoint + "/plan.json", std::ios::binary | std::ios::trunc) << text;
+  ordered_json manifest = ordered_json::parse(read_file(checkpoint + "/manifest.json"));
+  manifest["plan"]["sha256"] = schema::sha256_hex(text);
+  std::ofstream(checkpoint + "/manifest.json", std::ios::trunc) << manifest.dump(2) << "\n";
+  expect_refused(checkpoint, checkpoint + "/manifest.json does not match its own checksum");
 }
 
 TEST(ExportCli, APlanOfAnotherMeshThanTheManifestIsRefused) {

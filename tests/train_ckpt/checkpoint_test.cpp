@@ -11,6 +11,7 @@
 
 #include "executor/train/checkpoint.h"
 #include "executor/train/checkpoint_format.h"
+#include "schema/digest.h"
 #include "schema/error.h"
 #include "tests/executor/parity_config.h"
 #include "tests/train_ckpt/checkpoint_runs.h"
@@ -155,6 +156,59 @@ TEST(CheckpointLoad, RefusesCorruptRankFile) {
   });
   expect_refused(ranks, {"another rank could not load its part",
                          "rank-00001.pt does not match its sha256 in the manifest (corrupt)"});
+}
+
+// A rank file changed and its size and sha256 in the manifest changed to match, as someone
+// patching the shards by hand would: the manifest's own checksum no longer matches, so the
+// edit is caught before any rank trains on the changed shards.
+TEST(CheckpointLoad, RefusesARankFileEditedTogetherWithItsManifestEntry) {
+  const auto ranks = resume_after("rehashed", [](const std::string& checkpoint, WorkerRun&) {
+    const std::string file = checkpoint + "/rank-00001.pt";
+    std::ofstream(file, std::ios::app | std::ios::binary) << "appended bytes";
+    std::ifstream in(checkpoint + "/manifest.json");
+    nlohmann::ordered_json manifest = nlohmann::ordered_json::parse(in);
+    manifest["ranks"][1]["bytes"] = fs::file_size(file);
+    manifest["ranks"][1]["sha256"] = schema::sha256_file_hex(file);
+    std::ofstream(checkpoint + "/manifest.json") << manifest.dump(2);
+  });
+  const std::string text =
+      "manifest.json does not match its own checksum: it was edited or "
+      "damaged after the save; use another checkpoint";
+  expect_refused(ranks, {text, text});
+}
+
+// The checksum covers what the manifest says, not how it is laid out; manifests from before
+// it existed are read as they were.
+TEST(CheckpointManifest, ChecksumIgnoresLayoutAndCatchesAnyChangedValue) {
+  const std::string dir = fresh_dir("checksum");
+  executor::Manifest m;
+  m.step = 3;
+  m.plan_sha256 = std::string(64, 'a');
+  m.ranks.push_back({0, "rank-00000.pt", 10, std::string(64, '0')});
+  const nlohmann::ordered_json written = nlohmann::ordered_json::parse(executor::dump_manifest(m));
+  ASSERT_EQ(written.at("checksum").get<std::string>().size(), 64u);
+  const auto read_back = [&](const nlohmann::ordered_json& doc) {
+    std::ofstream(dir + "/manifest.json") << doc.dump();
+    return executor::read_manifest(dir);
+  };
+  EXPECT_EQ(read_back(written).step, 3);  // no indentation: the same manifest
+  nlohmann::ordered_json older = written;
+  older.erase("checksum");
+  EXPECT_EQ(read_back(older).ranks.size(), 1u);
+  for (const char* field : {"step", "plan", "ranks"}) {
+    nlohmann::ordered_json edited = written;
+    if (std::string(field) == "step") edited["step"] = 4;
+    if (std::string(field) == "plan") edited["plan"]["sha256"] = std::string(64, 'b');
+    if (std::string(field) == "ranks") edited["ranks"][0]["bytes"] = 11;
+    try {
+      read_back(edited);
+      ADD_FAILURE() << "an edited " << field << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::kUsage);
+      EXPECT_NE(std::string(e.what()).find("does not match its own checksum"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // What a save that crashed before its rename leaves: a temp directory, even one whose

@@ -294,7 +294,8 @@ void check_gpus_here(const RunFlags& flags, int world) {
 }
 
 // Output files, checked before any worker starts: a directory that is missing or read-only
-// would otherwise be found only when rank 0 writes there, after training (--save-model).
+// would otherwise be found only when rank 0 writes there, after training (--save-model), or at
+// the first checkpoint.
 // Rank 0 writes --save-model and --trace, so only node 0 checks them; every rank appends
 // to --metrics.
 void check_outputs_writable(const executor::TrainConfig& config, int node_rank) {
@@ -317,6 +318,25 @@ void check_outputs_writable(const executor::TrainConfig& config, int node_rank) 
     check("--trace", config.trace_path);
   }
   check("--metrics", config.metrics_path);
+  // Every rank writes into --checkpoint-dir, which rank 0 creates with its parents: the nearest
+  // part of it that exists must be a directory this user may write into.
+  if (!config.checkpoint_dir.empty()) {
+    const std::string& dir = config.checkpoint_dir;
+    std::error_code error;
+    std::filesystem::path existing = dir;
+    while (!std::filesystem::exists(existing, error)) {
+      const std::filesystem::path parent = existing.parent_path();
+      existing = parent.empty() ? std::filesystem::path(".") : parent;
+    }
+    if (!std::filesystem::is_directory(existing, error)) {
+      fail(ExitCode::kIo, "--checkpoint-dir " + dir + ": " + existing.string() +
+                              " is a file, not a directory; choose another directory");
+    }
+    if (::access(existing.c_str(), W_OK) != 0) {
+      fail(ExitCode::kIo, "--checkpoint-dir " + dir + ": cannot write into " + existing.string() +
+                              " (" + std::strerror(errno) + ")");
+    }
+  }
 }
 
 void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {

@@ -414,6 +414,46 @@ TEST(RunCli, NodeKilledMidRunFailsTheOtherNodeInBoundedTime) {
   EXPECT_LT(seconds, 8 + 20 + 10) << first.err;
 }
 
+// A rank that stops answering but does not die (SIGSTOP, as a hung host or a debugger does):
+// the other rank's next collective times out after --collective-timeout and it exits 6; the
+// launcher then kills the stopped rank (SIGTERM waits for a stopped process, so SIGKILL after
+// --grace) and exits 6 in bounded time, leaving no process behind.
+TEST(RunCli, ARankStoppedBeyondTheTimeoutFailsTheRunInBoundedTime) {
+  const std::string plan = plan_for(2, "run_stopped");
+  const std::string metrics = temp_path("run_stopped.jsonl");
+  std::filesystem::remove(metrics);
+  std::vector<std::string> args = run_args(plan, shared_config(100000));
+  args.resize(args.size() - 2);  // drop the timeout
+  const std::vector<std::string> flags =
+      with(args, {"--collective-timeout", "3", "--grace", "2", "--metrics", metrics});
+  // The launcher in the background; once a step is done, stop its second worker (rank 1).
+  std::vector<std::string> script = {
+      "-c",
+      "\"$0\" \"$@\" & launcher=$!\n"
+      "until [ -s '" +
+          metrics +
+          "' ]; do sleep 0.1; done\n"
+          "worker=$(cut -d' ' -f2 /proc/$launcher/task/$launcher/children)\n"
+          "kill -STOP \"$worker\"\n"
+          "start=$(date +%s)\n"
+          "wait $launcher; status=$?\n"
+          "echo \"launcher exited $status after $(( $(date +%s) - start )) s\"\n"
+          "if kill -0 \"$worker\" 2>/dev/null; then echo 'worker left behind'; fi\n",
+      MFSDP_BINARY};
+  for (const std::string& a : flags) script.push_back(a);
+  const RunResult run = run_program("/bin/bash", script, kRepo);
+  const auto at = run.out.find("launcher exited ");
+  ASSERT_NE(at, std::string::npos) << run.out << run.err;
+  int status = -1, seconds = -1;
+  std::sscanf(run.out.c_str() + at, "launcher exited %d after %d s", &status, &seconds);
+  EXPECT_EQ(status, 6) << run.err;
+  EXPECT_LE(seconds, 3 + 2 + 10) << run.err;  // the timeout, the grace, and slack for a slow host
+  EXPECT_EQ(run.out.find("worker left behind"), std::string::npos) << run.out;
+  EXPECT_NE(run.err.find("[rank 0] mfsdp: error: rank 0: "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("rank 0 failed first"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("killing it (SIGKILL)"), std::string::npos) << run.err;
+}
+
 // A stranger on 127.0.0.1 keeps connecting to the rendezvous port while the ranks start and
 // train: speaking c10d's TCPStore protocol (a SET that would overwrite the ranks' join key, as
 // overwriting the Gloo addresses once killed every run), or mfsdp's with another secret. The

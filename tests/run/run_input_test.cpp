@@ -1,6 +1,7 @@
 // Bad input to `mfsdp run`: each gives a clear error and its documented exit code, and the
 // checks the launcher can make itself come before any worker starts (one line, no prefix).
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -105,6 +106,32 @@ TEST(RunInput, OldPlansModelFromTheCurrentDirectoryRunsWithAWarning) {
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("re-plan, or pass --model"), std::string::npos) << r.err;
+}
+
+// A checkpoint directory that cannot be written is found before training, not at the first
+// save after it.
+TEST(RunInput, ACheckpointDirectoryThatCannotBeWrittenIsRefusedBeforeAnyWorkerStarts) {
+  const std::string file = temp_path("run_input_ckpt_file");
+  std::ofstream(file) << "not a directory";
+  RunResult r = run({"--checkpoint-dir", file + "/ckpt"});
+  EXPECT_EQ(r.exit_code, 5) << r.out << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("--checkpoint-dir " + file + "/ckpt: " + file +
+                       " is a file, not a directory; choose another directory"),
+            std::string::npos)
+      << r.err;
+  if (::geteuid() == 0) GTEST_SKIP() << "root may write into a read-only directory";
+  const std::string read_only = temp_path("run_input_ckpt_read_only");
+  std::filesystem::create_directories(read_only);
+  std::filesystem::permissions(
+      read_only, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  r = run({"--checkpoint-dir", read_only + "/new/ckpt"});
+  std::filesystem::permissions(read_only, std::filesystem::perms::owner_all);
+  EXPECT_EQ(r.exit_code, 5) << r.out << r.err;
+  EXPECT_NE(r.err.find("--checkpoint-dir " + read_only + "/new/ckpt: cannot write into " +
+                       read_only + " (Permission denied)"),
+            std::string::npos)
+      << r.err;
 }
 
 // A typo in an output's directory is found before training, not after it.

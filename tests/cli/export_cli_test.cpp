@@ -1,5 +1,7 @@
 // `mfsdp export` of checkpoints edited by hand: whatever the files say, a refusal is one line
 // with exit 2, never an internal error. The checkpoint comes from a one-step `mfsdp run`.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -19,7 +21,8 @@ using nlohmann::ordered_json;
 // A fresh copy of one checkpoint of tied_lm, trained for a step on one rank.
 std::string checkpoint_copy(const std::string& name) {
   static const std::string trained = [] {
-    const std::string dir = temp_path("export_cli_run");
+    // ctest runs each test in a process of its own, in parallel: one run directory each.
+    const std::string dir = temp_path("export_cli_run_" + std::to_string(::getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir);
     const std::string plan = dir + "/tied_lm.plan.json";

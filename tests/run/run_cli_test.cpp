@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/comm/store.h"
+#include "executor/train/checkpoint.h"
 #include "executor/train/data.h"
 #include "executor/train/loss.h"
 #include "executor/train/sharded_optimizer.h"
@@ -340,6 +342,45 @@ TEST(RunCli, ADiskFullDuringASaveFailsCleanlyAndKeepsTheLastCheckpoint) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
   EXPECT_NE(resumed.out.find("resumed from " + dir + "/step-00000002 (step 2)"), std::string::npos)
       << resumed.out;
+}
+
+// Workers killed in the middle of writing their rank files: under `ulimit -f 100` (without
+// ignoring SIGXFSZ) the kernel kills each one the moment its file passes 100 KiB, which no
+// timing can miss. The torn save is never taken for a checkpoint, and resuming from the one
+// before it ends bit for bit where a run without the crash ends.
+TEST(RunCli, WorkersKilledMidSaveResumeExactlyFromTheCheckpointBefore) {
+  const std::string plan = plan_for(2, "run_killed_mid_save");
+  const std::string dir = temp_path("run_killed_mid_save_ckpt");
+  const std::string straight = temp_path("run_killed_mid_save_straight.pt");
+  const std::string resumed = temp_path("run_killed_mid_save_resumed.pt");
+  std::filesystem::remove_all(dir);
+  const std::vector<std::string> every_2 = {"--checkpoint-dir", dir, "--checkpoint-every", "2"};
+  const RunResult a = mfsdp(with(run_args(plan, shared_config(4)), {"--save-model", straight}));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const RunResult first = mfsdp(with(run_args(plan, shared_config(2)), every_2));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+
+  std::vector<std::string> killed = {"-c", "ulimit -f 100; exec \"$0\" \"$@\"", MFSDP_BINARY};
+  for (const std::string& arg : with(run_args(plan, shared_config(4)), every_2)) {
+    killed.push_back(arg);
+  }
+  killed.push_back("--resume");
+  const RunResult crash = run_program("/bin/bash", killed, kRepo);
+  EXPECT_EQ(crash.exit_code, 128 + SIGXFSZ) << crash.err;
+  EXPECT_NE(crash.err.find("was killed by SIGXFSZ"), std::string::npos) << crash.err;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/.step-00000004.saving.tmp"));
+  EXPECT_EQ(executor::latest_checkpoint(dir), dir + "/step-00000002");
+
+  const RunResult again = mfsdp(
+      with(with(run_args(plan, shared_config(4)), every_2), {"--resume", "--save-model", resumed}));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/.step-00000004.saving.tmp"));
+  const auto want = saved_parameters(straight);
+  const auto got = saved_parameters(resumed);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, value] : want) {
+    EXPECT_TRUE(torch::equal(got.at(name), value)) << name << " differs after resuming";
+  }
 }
 
 TEST(RunCli, TwoLaunchersMakeATwoNodeRun) {

@@ -68,6 +68,23 @@ std::string read_until_closed(int fd, size_t limit = 4096) {
   return got;
 }
 
+// A listening socket on 127.0.0.1 and a free port, for a test that poses as the store.
+int loopback_listener(int& port) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (bind(listener, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+      listen(listener, 4) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    close(listener);
+    return -1;
+  }
+  port = ntohs(address.sin_port);
+  return listener;
+}
+
 TEST(Store, RanksWithTheSecretSetGetWaitAndCheck) {
   StoreServer server("127.0.0.1", 0, kSecret);
   StoreClient a("127.0.0.1", server.port(), kSecret, 5s);
@@ -140,15 +157,9 @@ TEST(Store, ASilentStrangerDoesNotBlockTheRanks) {
 }
 
 TEST(Store, ClientRefusesAServerThatIsNotAStore) {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  ASSERT_EQ(listen(listener, 4), 0);
-  socklen_t length = sizeof address;
-  getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
-  const int port = ntohs(address.sin_port);
+  int port = 0;
+  const int listener = loopback_listener(port);
+  ASSERT_GE(listener, 0);
   std::thread impostor([&] {
     const int fd = accept(listener, nullptr, nullptr);
     const std::string banner = "HTTP/1.1 400 Bad Request\r\n\r\n" + std::string(40, ' ');
@@ -166,15 +177,9 @@ TEST(Store, ClientRefusesAServerThatIsNotAStore) {
 // A server that greets like a store and accepts any hello, but cannot prove the secret: the
 // client must not trust it with its keys.
 TEST(Store, ClientRefusesAStoreThatCannotProveTheSecret) {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  ASSERT_EQ(listen(listener, 4), 0);
-  socklen_t length = sizeof address;
-  getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
-  const int port = ntohs(address.sin_port);
+  int port = 0;
+  const int listener = loopback_listener(port);
+  ASSERT_GE(listener, 0);
   std::thread impostor([&] {
     const int fd = accept(listener, nullptr, nullptr);
     const std::string greeting = store_wire::greeting(store_wire::random_nonce());

@@ -1,5 +1,7 @@
 // model.path is relative to the plan file (docs/plan-format.md, "model"): what `mfsdp plan`
 // records, and where readers find the model.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -28,12 +30,14 @@ TEST(ModelPath, RecordsTheModelRelativeToThePlansDirectory) {
 class LocateModel : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) / "locate_model";
+    // ctest runs each test in a process of its own, in parallel: one directory each.
+    root_ = fs::path(::testing::TempDir()) / ("locate_model_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_ / "plans");
     fs::create_directories(root_ / "models");
     std::ofstream(root_ / "models" / "m.pt") << "x";
   }
+  void TearDown() override { fs::remove_all(root_); }
   fs::path root_;
 };
 

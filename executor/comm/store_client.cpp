@@ -108,16 +108,7 @@ struct StoreClient::Impl {
 
   // One attempt: connect and authenticate. Hangup when nothing (or nothing yet) listens.
   void connect_once(Clock::time_point deadline) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    const std::string service = std::to_string(port);
-    if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-      throw StoreError("cannot resolve the rendezvous address '" + host + "': " + gai_strerror(rc));
-    }
-    std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, &freeaddrinfo);
+    const wire::Addresses addresses = wire::resolve(host, port, false);
     std::string last_error = "no address";
     for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
       const int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);

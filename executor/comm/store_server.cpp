@@ -331,16 +331,7 @@ StoreServer::StoreServer(const std::string& host, int port, std::string secret)
   if (port < 0 || port > 65535) {
     throw StoreError("the rendezvous port " + std::to_string(port) + " is out of range 0..65535");
   }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    throw StoreError("cannot resolve the rendezvous address '" + host + "': " + gai_strerror(rc));
-  }
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, &freeaddrinfo);
+  const wire::Addresses addresses = wire::resolve(host, port, true);
   std::string last_error = "no address";
   for (const addrinfo* a = addresses.get(); a != nullptr && impl_->listen_fd < 0; a = a->ai_next) {
     const int fd =

@@ -1,11 +1,14 @@
 #include "executor/comm/store_wire.h"
 
+#include <netdb.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 #include <cstring>
+
+#include "executor/comm/store.h"
 
 namespace mfsdp::executor::store_wire {
 namespace {
@@ -81,6 +84,19 @@ std::string encode(uint8_t tag, const std::vector<std::string>& fields) {
   std::string out;
   append_u32(out, static_cast<uint32_t>(body.size()));
   return out + body;
+}
+
+Addresses resolve(const std::string& host, int port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    throw StoreError("cannot resolve the rendezvous address '" + host + "': " + gai_strerror(rc));
+  }
+  return Addresses(found, &freeaddrinfo);
 }
 
 Frame decode(const std::string& payload) {

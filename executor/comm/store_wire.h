@@ -11,9 +11,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+struct addrinfo;
 
 namespace mfsdp::executor::store_wire {
 
@@ -61,5 +64,10 @@ std::string encode(uint8_t tag, const std::vector<std::string>& fields);
 Frame decode(const std::string& payload);
 // The length prefix at `bytes` (4 bytes, big-endian).
 uint32_t frame_length(const char* bytes);
+
+// The TCP addresses of `host:port`, to listen on (`passive`) or connect to. Throws StoreError
+// when the host cannot be resolved.
+using Addresses = std::unique_ptr<addrinfo, void (*)(addrinfo*)>;
+Addresses resolve(const std::string& host, int port, bool passive);
 
 }  // namespace mfsdp::executor::store_wire

@@ -16,7 +16,7 @@
 #include "cli/command_line.h"
 #include "executor/launch/external_launch.h"
 #include "executor/launch/launcher.h"
-#include "executor/runtime/gpu_runtime.h"
+#include "executor/runtime/cuda_runtime.h"
 #include "executor/train/trainer.h"
 #include "schema/error.h"
 #include "schema/model_path.h"

@@ -15,19 +15,15 @@ add_library(mfsdp_executor_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_slots.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_stream.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_tensor.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/runtime/gpu_runtime.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/runtime/stream_layout.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/torch_cuda_stream.cpp)
 target_include_directories(mfsdp_executor_cuda PUBLIC ${PROJECT_SOURCE_DIR})
-# mfsdp_executor for the rendezvous, LaunchEnv and Timeline; mfsdp_cuda for cudart, NCCL
-# and the MFSDP_WITH_CUDA=1 definition.
+# mfsdp_executor_comm for the rendezvous, LaunchEnv, Timeline and the stream layout;
+# mfsdp_cuda for cudart, NCCL and the MFSDP_WITH_CUDA=1 definition; LibTorch for the tensor
+# helpers (cuda_tensor.h, torch_cuda_stream.h). The runtime built from these pieces,
+# cuda_runtime.cpp, is part of mfsdp_executor, which links this library (never the reverse).
 target_link_libraries(mfsdp_executor_cuda
-  PUBLIC mfsdp_executor mfsdp_cuda Threads::Threads
+  PUBLIC mfsdp_executor_comm mfsdp_cuda mfsdp_torch Threads::Threads
   PRIVATE mfsdp_warnings)
-
-# The context (in mfsdp_executor) trains on the GPU through gpu_runtime.h; the two static
-# libraries need each other, which CMake allows and links in one group.
-target_link_libraries(mfsdp_executor PUBLIC mfsdp_executor_cuda)
 
 # Ordering LibTorch's kernels against the collective streams needs c10_cuda, the CUDA half of
 # a CUDA LibTorch (a torch wheel's). Debian's CPU-only LibTorch ships c10/cuda headers but no

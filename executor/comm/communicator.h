@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "executor/runtime/stream.h"
 
@@ -28,12 +29,22 @@ class Communicator {
 
   // out[r * bytes, (r+1) * bytes) = rank r's `in` (bytes each). Dtype-agnostic.
   virtual void all_gather(const void* in, void* out, size_t bytes, std::string what) = 0;
-  // in: size() * count floats; out: count floats = op over ranks of in[rank() * count, +count).
-  // Moves (size()-1)/size() of the input per rank (ring), never an all-reduce plus a slice.
-  virtual void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op,
-                              std::string what) = 0;
-  // In place over `count` floats.
-  virtual void all_reduce(float* data, size_t count, ReduceOp op, std::string what) = 0;
+  // in: size() * count elements of `dtype` (a plan dtype name: "float32", "bfloat16", ...);
+  // out: count elements = op over ranks of in[rank() * count, +count). Moves (size()-1)/size()
+  // of the input per rank (ring), never an all-reduce plus a slice. A backend that cannot
+  // reduce `dtype` throws Error(kUsage) saying so (Gloo reduces float32 only).
+  virtual void reduce_scatter(const void* in, void* out, size_t count, const std::string& dtype,
+                              ReduceOp op, std::string what) = 0;
+  // In place over `count` elements of `dtype`.
+  virtual void all_reduce(void* data, size_t count, const std::string& dtype, ReduceOp op,
+                          std::string what) = 0;
+  // The same over float32.
+  void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op, std::string what) {
+    reduce_scatter(in, out, count, "float32", op, std::move(what));
+  }
+  void all_reduce(float* data, size_t count, ReduceOp op, std::string what) {
+    all_reduce(data, count, "float32", op, std::move(what));
+  }
   // Copies `bytes` from rank `root`'s `data` into every other rank's `data`.
   virtual void broadcast(void* data, size_t bytes, int root, std::string what) = 0;
 };

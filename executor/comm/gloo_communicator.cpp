@@ -101,8 +101,18 @@ void GlooCommunicator::all_gather(const void* in, void* out, size_t bytes, std::
   });
 }
 
-void GlooCommunicator::reduce_scatter(const float* in, float* out, size_t count, ReduceOp op,
-                                      std::string what) {
+void GlooCommunicator::check_reducible(const std::string& dtype, const std::string& what) const {
+  if (dtype == "float32") return;
+  fail(ExitCode::kUsage, "rank " + std::to_string(global_rank_) + ": " + what + " on " + name_ +
+                             ": Gloo reduces float32 only, not " + dtype +
+                             "; plan with --reduce-dtype float32, or train on GPUs (NCCL)");
+}
+
+void GlooCommunicator::reduce_scatter(const void* input, void* output, size_t count,
+                                      const std::string& dtype, ReduceOp op, std::string what) {
+  check_reducible(dtype, what);
+  const auto* in = static_cast<const float*>(input);
+  auto* out = static_cast<float*>(output);
   const size_t total = count * static_cast<size_t>(size()) * sizeof(float);
   enqueue(std::move(what), total, [context = context_, in, out, count, op, timeout = timeout_] {
     ring_reduce_scatter(*context, in, out, count, timeout);
@@ -122,7 +132,10 @@ void GlooCommunicator::reduce_scatter(std::vector<FloatPiece> in, float* out, si
           });
 }
 
-void GlooCommunicator::all_reduce(float* data, size_t count, ReduceOp op, std::string what) {
+void GlooCommunicator::all_reduce(void* buffer, size_t count, const std::string& dtype, ReduceOp op,
+                                  std::string what) {
+  check_reducible(dtype, what);
+  auto* data = static_cast<float*>(buffer);
   enqueue(std::move(what), count * sizeof(float),
           [context = context_, data, count, op, timeout = timeout_] {
             if (count == 0 || context->size == 1) return;

@@ -32,15 +32,19 @@ class GlooCommunicator final : public Communicator {
   const std::string& name() const { return name_; }
 
   void all_gather(const void* in, void* out, size_t bytes, std::string what) override;
-  void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op,
-                      std::string what) override;
+  using Communicator::all_reduce;
+  using Communicator::reduce_scatter;
+  // float32 only: another dtype is refused (Error(kUsage)) before anything is enqueued.
+  void reduce_scatter(const void* in, void* out, size_t count, const std::string& dtype,
+                      ReduceOp op, std::string what) override;
   // reduce_scatter over an input in pieces (ring_reduce_scatter.h), adding the result into
   // `out` when `accumulate`: a group's parameter gradients reach the main gradient without
   // a flat copy of the group or a separate output. The pieces must stay alive until the
   // work has completed.
   void reduce_scatter(std::vector<FloatPiece> in, float* out, size_t count, ReduceOp op,
                       bool accumulate, std::string what);
-  void all_reduce(float* data, size_t count, ReduceOp op, std::string what) override;
+  void all_reduce(void* data, size_t count, const std::string& dtype, ReduceOp op,
+                  std::string what) override;
   void broadcast(void* data, size_t bytes, int root, std::string what) override;
 
  private:
@@ -49,6 +53,8 @@ class GlooCommunicator final : public Communicator {
   // `bytes`: what this rank sends and receives, for the timeline.
   template <typename Collective>
   void enqueue(std::string what, size_t bytes, Collective collective);
+  // Error(kUsage) unless `dtype` is float32, the one type Gloo reduces here.
+  void check_reducible(const std::string& dtype, const std::string& what) const;
 
   std::shared_ptr<gloo::Context> context_;  // shared with queued work that still uses it
   Stream& stream_;

@@ -381,15 +381,6 @@ void NcclCommunicator::all_gather(const void* in, void* out, size_t bytes, std::
                });
 }
 
-void NcclCommunicator::reduce_scatter(const float* in, float* out, size_t count, ReduceOp op,
-                                      std::string what) {
-  reduce_scatter(in, out, count, "float32", op, std::move(what));
-}
-
-void NcclCommunicator::all_reduce(float* data, size_t count, ReduceOp op, std::string what) {
-  all_reduce(data, count, "float32", op, std::move(what));
-}
-
 void NcclCommunicator::reduce_scatter(const void* in, void* out, size_t count,
                                       const std::string& dtype, ReduceOp op, std::string what) {
   const ncclDataType_t type = nccl_dtype(dtype);

@@ -46,18 +46,15 @@ class NcclCommunicator final : public Communicator {
 
   // All-gather in place when `in` is this rank's slice of `out`.
   void all_gather(const void* in, void* out, size_t bytes, std::string what) override;
+  using Communicator::all_reduce;
+  using Communicator::reduce_scatter;
   // In place when `out` is in + rank() * count; otherwise `out` must not overlap `in`.
-  void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op,
-                      std::string what) override;
-  void all_reduce(float* data, size_t count, ReduceOp op, std::string what) override;
-  void broadcast(void* data, size_t bytes, int root, std::string what) override;
-
-  // The same for other element types (reduced-precision gradients): `dtype` is a plan dtype
-  // name, mapped by nccl_dtype(). kAvg is NCCL's own average (ncclAvg), kSum a plain sum.
+  // `dtype` is mapped by nccl_dtype(). kAvg is NCCL's own average (ncclAvg), kSum a plain sum.
   void reduce_scatter(const void* in, void* out, size_t count, const std::string& dtype,
-                      ReduceOp op, std::string what);
+                      ReduceOp op, std::string what) override;
   void all_reduce(void* data, size_t count, const std::string& dtype, ReduceOp op,
-                  std::string what);
+                  std::string what) override;
+  void broadcast(void* data, size_t bytes, int root, std::string what) override;
 
   // Whether a collective failed or timed out (the communicator is then aborted).
   bool failed() const;

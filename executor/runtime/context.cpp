@@ -9,11 +9,9 @@
 #include <optional>
 #include <set>
 
-#include "executor/comm/gloo_communicator.h"
-#include "executor/runtime/cpu_stream.h"
 #include "executor/runtime/flat_group.h"
-#include "executor/runtime/gpu_runtime.h"
 #include "executor/runtime/host_memory.h"
+#include "executor/runtime/runtime.h"
 #include "executor/runtime/schedule_cursor.h"
 #include "executor/runtime/timeline.h"
 #include "executor/runtime/unit_state.h"
@@ -53,16 +51,6 @@ struct UnitRuntime {
   int64_t forward_start_us = 0, backward_start_us = 0;  // for the timeline
 };
 
-// Microseconds the calling thread spends in `f`.
-template <typename F>
-int64_t timed_us(F&& f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                               start)
-      .count();
-}
-
 std::string plan_unit_path(const std::string& name) {
   return name == schema::kRootName ? "" : name;
 }
@@ -90,21 +78,13 @@ struct Context::Impl : planner::UnitHooks {
   int rank = 0;
   int shard_rank = 0;
   int replica = 0;
-  // On a GPU the runtime owns streams, communicators and slots; on the CPU the owned_*
-  // members do. The raw pointers below point at one or the other.
-  std::unique_ptr<GpuRuntime> gpu;
+  // The device: streams, communicators and the plan's slots. The raw pointers are its.
+  std::unique_ptr<Runtime> runtime;
   at::Device device = at::kCPU;
-  std::string device_description = "cpu";
-  std::vector<std::unique_ptr<Stream>> owned_streams;
-  std::vector<std::unique_ptr<Communicator>> owned_communicators;
-  Stream *ag_stream = nullptr, *control_stream = nullptr;
+  Stream* ag_stream = nullptr;
   Stream* reduce_stream = nullptr;  // reduce_scatter, or ag_stream under a unified-stream plan
-  Communicator *ag_comm = nullptr, *rs_comm = nullptr, *replica_comm = nullptr,
-               *control_comm = nullptr;
-  GlooCommunicator* cpu_rs_comm = nullptr;  // rs_comm on the CPU
-  // The plan's static buffers, on the CPU: tensors, so that the counting allocator maps them
-  // and the memory table does not count them again among malloc's objects.
-  std::vector<at::Tensor> slots;
+  Communicator* ag_comm = nullptr;
+  Communicator* replica_comm = nullptr;  // HSDP only
   std::vector<UnitRuntime> units;
   std::unique_ptr<ScheduleCursor> cursor;
   std::unique_ptr<ReduceScatterOrder> rs_order;
@@ -120,7 +100,6 @@ struct Context::Impl : planner::UnitHooks {
   planner::UnitHooks* previous_hooks = nullptr;
   std::exception_ptr pending_error;
   std::unique_ptr<Timeline> timeline;  // when recording
-  int64_t exposed_us = 0;              // compute blocked on collectives, summed
   std::string model_path;              // as create() was given it
   int64_t base_rss = 0, base_file_rss = 0, model_bytes = 0, setup_peak_rss = 0;
   int64_t microbatch_start_bytes = 0;  // tensor bytes alive when this microbatch began
@@ -135,52 +114,22 @@ struct Context::Impl : planner::UnitHooks {
     // to reduce-scatters) must be freed while that stream exists.
     units.clear();
     // Streams must stop before the buffers their work points at go away.
-    owned_communicators.clear();
-    owned_streams.clear();
-    gpu.reset();
-  }
-
-  // A collective stream about to read or write what compute produced (or allocated) so far
-  // waits for it. On the CPU compute is synchronous: nothing to wait for.
-  void after_compute(Stream& stream) {
-    if (gpu) stream.wait_for(gpu->compute().record());
+    runtime.reset();
   }
 
   at::TensorOptions on_device(at::ScalarType dtype) const {
     return at::TensorOptions().dtype(dtype).device(device);
   }
 
-  // An all-reduce of one number over all ranks on the control communicator (a tensor on the
-  // device for NCCL, a host float for Gloo).
-  double all_reduce_scalar(double value, ReduceOp op, const std::string& what) {
-    if (!gpu) {
-      float v = static_cast<float>(value);
-      control_comm->all_reduce(&v, 1, op, what);
-      control_stream->synchronize();
-      return v;
-    }
-    const at::Tensor t = at::full({1}, value, on_device(at::kFloat));
-    after_compute(*control_stream);
-    gpu->all_reduce(*control_comm, t, op, what);
-    gpu->compute().wait_for(control_stream->record());
-    const double result = t.item<double>();
-    gpu->check();  // a collective that failed or timed out leaves `t` meaningless
-    return result;
-  }
-
   const std::string& name(int u) const { return units[u].plan->name; }
 
   void start_microbatch_if_needed() {
     if (in_step) return;
-    if (gpu) gpu->check_compute_stream("a microbatch's forward");
+    runtime->check_compute_stream("a microbatch's forward");
     in_step = true;
     backward_done = false;
-    microbatch_start_bytes = gpu ? gpu->tensor_bytes() : host_memory::tensor_bytes();
-    if (gpu) {
-      gpu->reset_memory_peak();
-    } else {
-      host_memory::reset_peak();
-    }
+    microbatch_start_bytes = runtime->tensor_bytes();
+    runtime->reset_memory_peak();
     callback_queued = false;
     cursor->restart();
     rs_order->restart();
@@ -281,7 +230,7 @@ struct Context::Impl : planner::UnitHooks {
     // for them, which also orders the gather after the slot's previous occupant's last use.
     std::vector<const void*> inputs;
     for (FlatGroup& group : unit.groups) inputs.push_back(group.gather_input());
-    after_compute(*ag_stream);
+    runtime->after_compute(*ag_stream);
     for (size_t g = 0; g < unit.groups.size(); ++g) {
       FlatGroup& group = unit.groups[g];
       live_bytes += group.unsharded_bytes();
@@ -294,23 +243,11 @@ struct Context::Impl : planner::UnitHooks {
     peak_bytes = std::max(peak_bytes, live_bytes);
   }
 
-  // Compute blocks until the unit's all-gather is done; the time it blocks is exposed
-  // communication. On a GPU the compute stream waits, not the host.
+  // Compute waits for the unit's all-gather; the time it is held up is exposed
+  // communication.
   void wait_for_gather(int u) {
-    const std::shared_ptr<Event>& gathered = units[u].gathered;
-    if (gpu) {
-      if (gathered) gpu->compute_wait(gathered);
-      return;
-    }
-    if (!gathered || gathered->done()) {
-      if (gathered) gathered->wait();  // rethrows a failure
-      return;
-    }
-    const int64_t start = timeline ? Timeline::now_us() : 0;
-    exposed_us += timed_us([&] { gathered->wait(); });
-    if (timeline) {
-      timeline->record("compute", "wait for all-gather of " + name(u), start, Timeline::now_us());
-    }
+    if (units[u].gathered)
+      runtime->compute_waits_for(units[u].gathered, "all-gather of " + name(u));
   }
 
   void reshard(int u) {
@@ -392,14 +329,8 @@ struct Context::Impl : planner::UnitHooks {
       reduce_scatter_group(group, arrived ? *unit.grads[g] : none,
                            "reduce-scatter of " + name(u) + " group " + std::to_string(g));
       if (is_last_microbatch && replica_comm) {
-        const std::string what = "all-reduce across replicas of " + name(u);
-        if (gpu) {
-          gpu->all_reduce(*replica_comm, group.main_grad(), ReduceOp::kAvg, what);
-        } else {
-          replica_comm->all_reduce(group.main_grad().data_ptr<float>(),
-                                   static_cast<size_t>(group.layout().shard_numel), ReduceOp::kAvg,
-                                   what);
-        }
+        runtime->all_reduce(CommRole::kReplicas, group.main_grad(), ReduceOp::kAvg,
+                            "all-reduce across replicas of " + name(u));
       }
     }
     unit.grads.assign(unit.groups.size(), std::nullopt);
@@ -421,57 +352,14 @@ struct Context::Impl : planner::UnitHooks {
   // adds this rank's shard into the group's main gradient, on the reduce stream.
   void reduce_scatter_group(FlatGroup& group, const std::vector<at::Tensor>& grads,
                             const std::string& what) {
-    if (gpu) return reduce_scatter_group_on_gpu(group, grads, what);
-    // On the CPU the ring reads the gradients where autograd left them (as fp32) and adds
-    // straight into the main gradient: no flat copy of the group, no output shard.
-    std::vector<at::Tensor> held;  // what the pieces point into, until the ring is done
-    std::vector<FloatPiece> pieces;
-    for (size_t p = 0; p < grads.size(); ++p) {
-      if (!grads[p].defined()) continue;
-      const auto& layout = group.layout().params[p];
-      held.push_back(grads[p].to(at::kFloat).contiguous());
-      pieces.push_back({static_cast<size_t>(layout.offset), static_cast<size_t>(layout.numel),
-                        held.back().data_ptr<float>()});
-    }
-    std::sort(pieces.begin(), pieces.end(),
-              [](const FloatPiece& a, const FloatPiece& b) { return a.offset < b.offset; });
-    cpu_rs_comm->reduce_scatter(std::move(pieces), group.main_grad().data_ptr<float>(),
-                                static_cast<size_t>(group.layout().shard_numel), ReduceOp::kAvg,
-                                /*accumulate=*/true, what);
-    reduce_stream->enqueue([held = std::move(held)]() mutable { held.clear(); },
-                           "releasing the gradients of " + what);
+    runtime->reduce_scatter_gradients(group, grads, what);
   }
 
-  // The same on a GPU, in the reduce dtype: the flat gradient and the output shard are made
-  // on compute, the reduce stream waits for them, reduce-scatters and accumulates into the
-  // main gradient with LibTorch's kernels on its own stream, so backward goes on meanwhile.
-  // The allocator learns that the temporaries are in use there.
-  void reduce_scatter_group_on_gpu(FlatGroup& group, const std::vector<at::Tensor>& grads,
-                                   const std::string& what) {
-    Stream& stream = *reduce_stream;
-    at::Tensor main_grad = group.main_grad();
-    const at::ScalarType dtype = main_grad.scalar_type();
-    const at::Tensor input = group.flat_gradient(grads, on_device(dtype));
-    const at::Tensor output = at::empty({group.layout().shard_numel}, on_device(dtype));
-    after_compute(stream);
-    gpu->reduce_scatter(*rs_comm, input, output, ReduceOp::kAvg, what);
-    gpu->record_on(input, stream);
-    gpu->record_on(output, stream);
-    gpu->run_on(stream, [&] { main_grad.add_(output); });
-  }
-
-  // The end of backward's wait for the reduce stream: on a GPU the compute stream waits
-  // (the optimizer reads the main gradients there), and failures so far are raised.
+  // The end of backward's wait for the reduce stream (the optimizer reads the main
+  // gradients), and failures so far are raised.
   void wait_for_reductions() {
-    if (gpu) {
-      gpu->compute_wait(reduce_stream->record());
-      gpu->check();
-      return;
-    }
-    const int64_t start = timeline ? Timeline::now_us() : 0;
-    exposed_us += timed_us([&] { reduce_stream->synchronize(); });
-    if (timeline)
-      timeline->record("compute", "wait for reduce-scatters", start, Timeline::now_us());
+    runtime->compute_waits_for(reduce_stream->record(), "reduce-scatters");
+    runtime->check();
   }
 
   void end_of_backward() {
@@ -479,10 +367,10 @@ struct Context::Impl : planner::UnitHooks {
     perform(cursor->finish());
     for (int w : rs_order->finish()) issue_reduce_scatter(w);
     wait_for_reductions();
-    const int64_t peak = gpu ? gpu->peak_tensor_bytes() : host_memory::peak_tensor_bytes();
+    const int64_t peak = runtime->peak_tensor_bytes();
     if (peak - microbatch_start_bytes > activation_peak) {
       activation_peak = peak - microbatch_start_bytes;
-      activation_peak_cached = gpu ? 0 : host_memory::cached_at_peak_bytes();
+      activation_peak_cached = runtime->cached_at_peak_bytes();
     }
     settle_units();
     if (microbatches_seen++ == 0) report_order(cursor->divergences());
@@ -495,7 +383,7 @@ struct Context::Impl : planner::UnitHooks {
     perform(cursor->finish_forward());
     for (size_t u = 0; u < units.size(); ++u) reshard(static_cast<int>(u));
     settle_units();
-    if (gpu) gpu->check();  // a failed all-gather would have left garbage in the output
+    runtime->check();  // a failed all-gather would have left garbage in the output
   }
 
   void settle_units() {
@@ -527,12 +415,6 @@ struct Context::Impl : planner::UnitHooks {
 };
 
 namespace {
-
-std::vector<int> range_group(int first, int count, int stride) {
-  std::vector<int> ranks;
-  for (int i = 0; i < count; ++i) ranks.push_back(first + i * stride);
-  return ranks;
-}
 
 // Every rank must run the same plan on the same model file (weights included): compared
 // before the first collective.
@@ -580,30 +462,6 @@ ParamSlot locate(const std::map<std::string, torch::jit::Module>& modules, const
   return {owner, owner->type()->getAttributeSlot(attr)};
 }
 
-// Whether this rank trains on its GPU, by `device` ("cpu", "cuda", "auto"), agreed by all
-// ranks: each says whether it can, and `auto` picks cuda only when all can. Sets
-// `description` to "cpu" plus, for auto, why. Error(kRuntime) on every rank when cuda was
-// asked for and some rank cannot, naming the first.
-bool choose_gpu(Rendezvous& rendezvous, const LaunchEnv& env, const std::string& device,
-                std::string& description) {
-  if (device == "cpu") return false;
-  const GpuAvailability mine = gpu_availability(env);
-  const std::vector<std::string> all = rendezvous.exchange(
-      "mfsdp/gpu-available", mine.available ? "" : mine.why_not + "\n" + mine.fix);
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (all[r].empty()) continue;
-    const std::string why = all[r].substr(0, all[r].find('\n'));
-    const std::string fix = all[r].substr(all[r].find('\n') + 1);
-    if (device == "cuda") {
-      fail(ExitCode::kRuntime, "rank " + std::to_string(r) + " cannot train on a GPU: " + why +
-                                   "; " + fix + ", or train with --device cpu");
-    }
-    description = "cpu (auto: rank " + std::to_string(r) + " has no usable GPU: " + why + ")";
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 std::unique_ptr<Context> Context::create(const std::string& plan_path,
@@ -619,9 +477,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
                                "; re-plan with --world-size " + std::to_string(env.world_size) +
                                " or launch " + std::to_string(plan.mesh.world_size) + " ranks");
   }
-  if (options.device != "cpu" && options.device != "cuda" && options.device != "auto") {
-    fail(ExitCode::kUsage, "device must be cpu, cuda or auto, got '" + options.device + "'");
-  }
+  check_device_name(options.device);
 
   // Graph executors specialise and cache graphs at the first forward; the instrumented
   // graphs must run as written, and the same on every rank.
@@ -643,71 +499,23 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
   impl->rendezvous = std::make_unique<Rendezvous>(env, options.collective_timeout);
   impl->rank = env.rank;
   check_same_plan_everywhere(*impl->rendezvous, plan, model_path);
-  const bool on_gpu = choose_gpu(*impl->rendezvous, env, options.device, impl->device_description);
-  if (!on_gpu && plan.policy.reduce_dtype != "float32") {
-    fail(ExitCode::kUsage, plan_path + ": reduce dtype " + plan.policy.reduce_dtype +
-                               " is not supported on the CPU (Gloo); train on GPUs (--device "
-                               "cuda) or plan with --reduce-dtype float32");
-  }
-
-  // Mesh: replicas are outer, shards inner: rank = replica * shard_size + shard_rank.
-  const int shards = static_cast<int>(plan.mesh.shard_size);
-  const int replicas = static_cast<int>(plan.mesh.replicate_size);
-  impl->replica = env.rank / shards;
-  impl->shard_rank = env.rank % shards;
-  const std::vector<int> shard_group = range_group(impl->replica * shards, shards, 1);
-  const std::vector<int> replica_group = range_group(impl->shard_rank, replicas, shards);
-  const std::vector<int> world = range_group(0, env.world_size, 1);
 
   // Streams, communicators and the plan's static slots (unsharded parameters live only in
   // them), in the same order on every rank.
-  const auto timeout = options.collective_timeout;
-  if (on_gpu) {
-    impl->gpu = GpuRuntime::create(plan, env, *impl->rendezvous, timeout);
-    GpuRuntime& gpu = *impl->gpu;
-    impl->device = gpu.device();
-    impl->device_description = gpu.describe();
-    impl->ag_stream = &gpu.stream(plan.policy.unified_stream ? "unified" : "all_gather");
-    impl->reduce_stream = &gpu.stream(plan.policy.unified_stream ? "unified" : "reduce_scatter");
-    impl->control_stream = &gpu.stream("control");
-    impl->ag_comm = gpu.communicator("all_gather");
-    impl->rs_comm = gpu.communicator("reduce_scatter");
-    impl->replica_comm = gpu.communicator("replicas");
-    impl->control_comm = gpu.communicator("control");
-  } else {
-    auto stream = [&](const std::string& name) {
-      impl->owned_streams.push_back(make_cpu_stream(name));
-      return impl->owned_streams.back().get();
-    };
-    impl->ag_stream = stream(plan.policy.unified_stream ? "unified" : "all_gather");
-    impl->reduce_stream = plan.policy.unified_stream ? impl->ag_stream : stream("reduce_scatter");
-    impl->control_stream = stream("control");
-    Rendezvous& rdv = *impl->rendezvous;
-    auto gloo = [&](const std::string& name, const std::vector<int>& group, Stream& on) {
-      std::unique_ptr<GlooCommunicator> comm = rdv.gloo_communicator(name, group, on, timeout);
-      GlooCommunicator* raw = comm.get();
-      impl->owned_communicators.push_back(std::move(comm));
-      return raw;
-    };
-    impl->ag_comm =
-        gloo("all_gather." + std::to_string(impl->replica), shard_group, *impl->ag_stream);
-    impl->cpu_rs_comm =
-        gloo("reduce_scatter." + std::to_string(impl->replica), shard_group, *impl->reduce_stream);
-    impl->rs_comm = impl->cpu_rs_comm;
-    if (replicas > 1) {
-      impl->replica_comm =
-          gloo("replicas." + std::to_string(impl->shard_rank), replica_group, *impl->reduce_stream);
-    }
-    impl->control_comm = gloo("control", world, *impl->control_stream);
-    for (const auto& slot : plan.memory.slots) {
-      impl->slots.push_back(at::zeros({slot.bytes}, at::TensorOptions().dtype(at::kByte)));
-    }
-  }
+  impl->runtime = make_runtime(plan, env, *impl->rendezvous,
+                               {options.device, options.collective_timeout, plan_path});
+  Runtime& runtime = *impl->runtime;
+  impl->device = runtime.device();
+  impl->ag_stream = &runtime.stream(StreamRole::kAllGather);
+  impl->reduce_stream = &runtime.stream(StreamRole::kReduce);
+  impl->ag_comm = runtime.communicator(CommRole::kAllGather);
+  impl->replica_comm = runtime.communicator(CommRole::kReplicas);
+  // Mesh: replicas are outer, shards inner: rank = replica * shard_size + shard_rank.
+  impl->shard_rank = env.rank % static_cast<int>(plan.mesh.shard_size);
+  impl->replica = env.rank / static_cast<int>(plan.mesh.shard_size);
   if (options.record_timeline) {
     impl->timeline = std::make_unique<Timeline>();
-    for (Communicator* comm : {impl->ag_comm, impl->rs_comm, impl->replica_comm}) {
-      if (comm) comm->set_timeline(impl->timeline.get());
-    }
+    runtime.set_timeline(impl->timeline.get());
   }
   std::map<std::string, int> slot_of;
   for (const auto& slot : plan.memory.slots) {
@@ -723,9 +531,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
     unit.plan = &planned;
     auto it = slot_of.find(planned.name);
     unit.slot = it == slot_of.end() ? -1 : it->second;
-    uint8_t* base = unit.slot == -1 ? nullptr
-                    : impl->gpu     ? static_cast<uint8_t*>(impl->gpu->slot(unit.slot))
-                                    : impl->slots[unit.slot].data_ptr<uint8_t>();
+    uint8_t* base = unit.slot == -1 ? nullptr : runtime.slot(unit.slot);
     int64_t offset = 0;
     unit.groups.reserve(planned.groups.size());
     for (const auto& group : planned.groups) {
@@ -756,7 +562,7 @@ std::unique_ptr<Context> Context::create(const std::string& plan_path,
     }
   }
   // Buffers (and the parameters' empty placeholders) move to the device.
-  if (impl->gpu) impl->module.to(impl->device);
+  if (!impl->device.is_cpu()) impl->module.to(impl->device);
 
   planner::instrument_units(impl->module, unit_paths);
   impl->cursor = std::make_unique<ScheduleCursor>(impl->plan);
@@ -811,7 +617,7 @@ at::Device Context::device() const {
   return impl_->device;
 }
 const std::string& Context::device_description() const {
-  return impl_->device_description;
+  return impl_->runtime->description();
 }
 
 void Context::microbatch(bool is_last) {
@@ -900,7 +706,8 @@ double Context::clip_grad_norm(double max_norm) {
     }
   }
   // Shards are disjoint within a shard group and identical across replicas.
-  const double value = impl_->all_reduce_scalar(local, ReduceOp::kSum, "gradient-norm all-reduce");
+  const double value =
+      impl_->runtime->all_reduce_scalar(local, ReduceOp::kSum, "gradient-norm all-reduce");
   const double replicas = static_cast<double>(impl_->plan.mesh.replicate_size);
   const double norm = std::sqrt(value / replicas);
   if (norm > max_norm) {
@@ -915,7 +722,7 @@ double Context::clip_grad_norm(double max_norm) {
 }
 
 double Context::mean_over_ranks(double value) {
-  return impl_->all_reduce_scalar(value, ReduceOp::kAvg, "mean over ranks");
+  return impl_->runtime->all_reduce_scalar(value, ReduceOp::kAvg, "mean over ranks");
 }
 
 std::map<std::string, at::Tensor> Context::full_parameters() {
@@ -925,7 +732,7 @@ std::map<std::string, at::Tensor> Context::full_parameters() {
       at::Tensor master = group.master().detach().contiguous();
       at::Tensor full = at::empty({group.layout().padded_numel}, master.options());
       const int64_t bytes = master.numel() * master.element_size();
-      impl_->after_compute(*impl_->ag_stream);
+      impl_->runtime->after_compute(*impl_->ag_stream);
       impl_->ag_comm->all_gather(master.data_ptr(), full.data_ptr(), bytes,
                                  "full-parameter all-gather of " + unit.plan->name);
       impl_->ag_stream->synchronize();
@@ -954,11 +761,10 @@ ContextStats Context::stats() const {
       }
     }
   }
-  for (const auto& slot : impl_->slots) s.slot_bytes += static_cast<int64_t>(slot.nbytes());
-  if (impl_->gpu) s.slot_bytes = impl_->gpu->slot_bytes();
+  s.slot_bytes = impl_->runtime->slot_bytes();
   s.peak_unsharded_bytes = impl_->peak_bytes;
   s.divergences = impl_->divergences;
-  s.exposed_comm_us = impl_->gpu ? impl_->gpu->exposed_us() : impl_->exposed_us;
+  s.exposed_comm_us = impl_->runtime->exposed_us();
   s.runtime_base_rss_bytes = impl_->base_rss;
   s.runtime_base_file_rss_bytes = impl_->base_file_rss;
   s.model_bytes = impl_->model_bytes;

@@ -45,4 +45,28 @@ StreamLayout stream_layout(const schema::Mesh& mesh, const schema::Policy& polic
   return layout;
 }
 
+const std::string& StreamLayout::stream_for(StreamRole role) const {
+  switch (role) {
+    case StreamRole::kAllGather:
+      return streams.front();
+    case StreamRole::kReduce:
+      return reduce_stream;
+    case StreamRole::kControl:
+      return streams.back();
+  }
+  fail(ExitCode::kInternal, "unknown stream role");
+}
+
+int StreamLayout::communicator_for(CommRole role) const {
+  const char* kind = role == CommRole::kAllGather       ? "all_gather"
+                     : role == CommRole::kReduceScatter ? "reduce_scatter"
+                     : role == CommRole::kReplicas      ? "replicas"
+                                                        : "control";
+  for (size_t i = 0; i < communicators.size(); ++i) {
+    const std::string& name = communicators[i].name;
+    if (name.substr(0, name.find('.')) == kind) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 }  // namespace mfsdp::executor

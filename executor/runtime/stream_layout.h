@@ -12,6 +12,13 @@
 
 namespace mfsdp::executor {
 
+// The streams by what runs on them: the all-gathers', the reduce-scatters' (the same stream
+// as the all-gathers' under a unified-stream plan) and the one for scalar all-reduces.
+enum class StreamRole { kAllGather, kReduce, kControl };
+// Communicators: all-gather and reduce-scatter over the shard group, all-reduce across
+// replicas (HSDP only), scalars over the world.
+enum class CommRole { kAllGather, kReduceScatter, kReplicas, kControl };
+
 struct CommunicatorPlacement {
   std::string name;        // unique per group, equal on its members: "all_gather.<replica>"
   std::vector<int> group;  // global ranks, ascending
@@ -22,6 +29,10 @@ struct StreamLayout {
   std::vector<std::string> streams;  // creation order
   std::vector<CommunicatorPlacement> communicators;
   std::string reduce_stream;  // where reduce-scatters and replica all-reduces run
+
+  const std::string& stream_for(StreamRole role) const;
+  // Index into `communicators`; -1 for kReplicas without replicas.
+  int communicator_for(CommRole role) const;
 };
 
 // Ranks are replicas-outer: rank = replica * shard_size + shard_rank. Shard groups run the

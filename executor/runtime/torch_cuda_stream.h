@@ -4,7 +4,7 @@
 // allocator that a tensor is in use on another stream. All three need c10_cuda, the CUDA
 // half of a CUDA LibTorch; the build defines MFSDP_TORCH_CUDA=1 when it links it. Built
 // against a CPU-only LibTorch (Debian's), torch_current_stream() answers the legacy default
-// stream and the other two refuse, as does GpuRuntime::create before it starts anything.
+// stream and the other two refuse, as does make_cuda_runtime before it starts anything.
 
 #include <cuda_runtime_api.h>
 

@@ -1,4 +1,4 @@
-// The context on the GPU runtime (gpu_runtime.h): how the device is chosen, and training on
+// The context on the GPU runtime (cuda_runtime.h): how the device is chosen, and training on
 // one GPU by a plan against plain single-GPU LibTorch training of the same model on the same
 // batches (tests/executor/reference_training.h, which shares no mfsdp runtime code).
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 
 #include "executor/comm/rendezvous.h"
 #include "executor/runtime/context.h"
-#include "executor/runtime/gpu_runtime.h"
+#include "executor/runtime/cuda_runtime.h"
 #include "executor/train/sharded_optimizer.h"
 #include "gpu_required.h"
 #include "one_rank_world.h"

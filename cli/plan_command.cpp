@@ -2,7 +2,6 @@
 // into a plan file, plus a short summary for the person who ran it.
 #include "cli/plan_command.h"
 
-#include <charconv>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -12,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/byte_size.h"
+#include "cli/whole_number.h"
 #include "planner/scope_file.h"
 #include "planner/sharding_scope.h"
 #include "planner/trace_input.h"
@@ -178,21 +178,6 @@ const std::string kRankRange = "from 1 to " + std::to_string(schema::kMaxWorldSi
 const std::string kAlignRange =
     "a power of two from 1 to " + std::to_string(schema::kMaxAlignBytes) + " (1 GiB)";
 const std::string kPrefetchRange = "0 (no prefetch) or more, up to 9223372036854775807";
-
-// `text` of whole-number flag `flag`, which must lie in [min, max] (`range` says so in words).
-int64_t whole_number(const std::string& text, const std::string& flag, int64_t min, int64_t max,
-                     const std::string& range) {
-  int64_t value = 0;
-  const char* end = text.data() + text.size();
-  const auto [stop, error] = std::from_chars(text.data(), end, value);
-  if (error == std::errc::invalid_argument || stop != end) {
-    fail(ExitCode::kUsage, flag + " '" + text + "' is not a whole number; it must be " + range);
-  }
-  if (error == std::errc::result_out_of_range || value < min || value > max) {
-    fail(ExitCode::kUsage, flag + " " + text + " is invalid; it must be " + range);
-  }
-  return value;
-}
 
 // Policy values come from flags or the scope file; refuse bad ones before loading the model.
 void check_policy_flags(const schema::Policy& policy) {

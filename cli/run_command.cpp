@@ -7,13 +7,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "cli/command_line.h"
+#include "cli/whole_number.h"
 #include "executor/launch/external_launch.h"
 #include "executor/launch/launcher.h"
 #include "executor/runtime/cuda_runtime.h"
@@ -28,6 +31,9 @@ namespace {
 struct RunFlags {
   std::string plan;
   executor::TrainConfig train;
+  // Whole-number flags as typed, by name; read_whole_numbers checks them against kWholeFlags
+  // and stores them here and in `train` (CLI11 would clamp a value beyond 64 bits).
+  std::map<std::string, std::string> whole;
   std::string data = "synthetic";
   std::string data_kind;
   std::string input_shape;
@@ -80,6 +86,67 @@ tensors (.pt); the global batch is the same for any number of ranks (docs/data.m
 Exit codes: 0 ok, 2 bad flags or inputs, 3 model cannot be loaded, 5 cannot write,
 6 a rank failed at run time (collective, rendezvous, checkpoint), or a failed worker's code.
 )";
+
+struct WholeRange {
+  int64_t min;
+  int64_t max;
+  std::string words;  // for errors: "it must be <words>"
+};
+
+const std::string kInt64Max = std::to_string(INT64_MAX);
+const std::string kInt32Max = std::to_string(INT32_MAX);
+
+// Every whole-number flag and the values it takes (docs/run.md#whole-number-flags). Counts of
+// steps and samples may be any positive int64; ranks, ports and threads have the bounds of
+// Gloo, NCCL, TCP and the OS; sequence lengths and traced steps are bounded so that adding one
+// window or one step to them cannot overflow.
+const std::map<std::string, WholeRange> kWholeFlags = {
+    {"--nproc-per-node",
+     {1, INT32_MAX, "from 1 to " + kInt32Max + " (or left out: the plan's world size / --nnodes)"}},
+    {"--nnodes", {1, INT32_MAX, "from 1 to " + kInt32Max}},
+    {"--node-rank", {0, INT32_MAX - 1, "from 0 to --nnodes - 1"}},
+    {"--master-port", {0, 65535, "from 1 to 65535, or 0 to pick a free port"}},
+    {"--threads", {1, 65536, "from 1 to 65536"}},
+    {"--seq-len", {1, INT32_MAX, "from 1 to " + kInt32Max}},
+    {"--vocab-size", {1, INT64_MAX, "from 1 to " + kInt64Max}},
+    {"--seed", {0, INT64_MAX, "from 0 to " + kInt64Max}},
+    {"--steps", {1, INT64_MAX, "from 1 to " + kInt64Max}},
+    {"--global-batch", {1, INT64_MAX, "from 1 to " + kInt64Max}},
+    {"--microbatches", {1, INT64_MAX, "from 1 to " + kInt64Max}},
+    {"--warmup", {0, INT64_MAX, "from 0 to " + kInt64Max}},
+    {"--checkpoint-every", {0, INT64_MAX, "0 (only at the end) or more, up to " + kInt64Max}},
+    {"--keep-checkpoints", {0, INT32_MAX, "0 (keep all) or more, up to " + kInt32Max}},
+    {"--trace-steps", {1, INT32_MAX, "from 1 to " + kInt32Max}},
+    {"--log-every", {1, INT64_MAX, "from 1 to " + kInt64Max}},
+};
+
+// Checks each whole-number flag given and stores its value, in launcher and workers alike.
+void read_whole_numbers(RunFlags& flags, const CLI::App& cmd) {
+  const auto read = [&](const std::string& flag, auto& field) {
+    if (cmd.count(flag) == 0) return;
+    const WholeRange& range = kWholeFlags.at(flag);
+    const int64_t value =
+        whole_number(flags.whole.at(flag), flag, range.min, range.max, range.words);
+    field = static_cast<std::remove_reference_t<decltype(field)>>(value);
+  };
+  executor::TrainConfig& t = flags.train;
+  read("--nproc-per-node", flags.nproc_per_node);
+  read("--nnodes", flags.nnodes);
+  read("--node-rank", flags.node_rank);
+  read("--master-port", flags.master_port);
+  read("--threads", flags.threads);
+  read("--seq-len", t.data.seq_len);
+  read("--vocab-size", t.vocab_size);
+  read("--seed", t.data.seed);
+  read("--steps", t.steps);
+  read("--global-batch", t.data.global_batch);
+  read("--microbatches", t.data.microbatches);
+  read("--warmup", t.warmup_steps);
+  read("--checkpoint-every", t.checkpoint_every);
+  read("--keep-checkpoints", t.keep_checkpoints);
+  read("--trace-steps", t.trace_steps);
+  read("--log-every", t.log_every);
+}
 
 // "64", "3x32x32" or "3,32,32".
 std::vector<int64_t> parse_shape(const std::string& text) {
@@ -233,23 +300,11 @@ executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
 }
 
 // Launcher flags that no plan can make right (0 would otherwise mean "not given").
+// Whole numbers are in range already (read_whole_numbers).
 void check_launch_flags(const RunFlags& flags, const CLI::App& cmd) {
-  if (flags.nnodes < 1) {
-    fail(ExitCode::kUsage,
-         "--nnodes " + std::to_string(flags.nnodes) + " is not allowed; give at least 1");
-  }
-  if (cmd.count("--nproc-per-node") > 0 && flags.nproc_per_node < 1) {
-    fail(ExitCode::kUsage, "--nproc-per-node " + std::to_string(flags.nproc_per_node) +
-                               " is not allowed; give at least 1, or leave it out to start "
-                               "the plan's world size / --nnodes");
-  }
   if (cmd.count("--master-addr") > 0 && flags.master_addr.empty()) {
     fail(ExitCode::kUsage,
          "--master-addr is empty; give node 0's host name or address (127.0.0.1 by default)");
-  }
-  if (cmd.count("--threads") > 0 && flags.threads < 1) {
-    fail(ExitCode::kUsage, "--threads " + std::to_string(flags.threads) +
-                               " is not allowed; give at least 1 thread per worker");
   }
 }
 
@@ -340,6 +395,7 @@ void check_outputs_writable(const executor::TrainConfig& config, int node_rank) 
 }
 
 void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
+  read_whole_numbers(flags, cmd);
   const auto external =
       launch::external_worker_env(launch::current_environment(), flags.master_addr,
                                   flags.master_port > 0 ? flags.master_port : 0);
@@ -431,6 +487,10 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   cmd->footer(kExamples);
   // A flag given twice takes its last value, so a wrapper script's defaults can be overridden.
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  const auto whole = [&](const std::string& name, const std::string& help) {
+    kWholeFlags.at(name);  // every whole-number flag has its range
+    return cmd->add_option(name, flags->whole[name], help)->type_name("INT");
+  };
   cmd->add_option("plan", flags->plan, "Plan file written by mfsdp plan")
       ->required()
       ->check(CLI::ExistingFile);
@@ -439,17 +499,16 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
                   "directory)");
 
   const char* launcher = "Launcher";
-  cmd->add_option("--nproc-per-node", flags->nproc_per_node,
-                  "Workers to start on this node (default: the plan's world size / --nnodes)")
+  whole("--nproc-per-node",
+        "Workers to start on this node (default: the plan's world size / --nnodes)")
       ->group(launcher);
-  cmd->add_option("--nnodes", flags->nnodes, "Number of nodes (default 1)")->group(launcher);
-  cmd->add_option("--node-rank", flags->node_rank, "This node's index, 0..nnodes-1 (default 0)")
-      ->group(launcher);
+  whole("--nnodes", "Number of nodes (default 1)")->group(launcher);
+  whole("--node-rank", "This node's index, 0..nnodes-1 (default 0)")->group(launcher);
   cmd->add_option("--master-addr", flags->master_addr,
                   "Host of rank 0's rendezvous store (default 127.0.0.1)")
       ->group(launcher);
-  cmd->add_option("--master-port", flags->master_port,
-                  "Its TCP port (default 29500; 0 picks a free one on a single node)")
+  whole("--master-port",
+        "Its TCP port, 1..65535 (default 29500; 0 picks a free one on a single node)")
       ->group(launcher);
   cmd->add_option("--rdzv-bind", flags->rdzv_bind,
                   "Address rank 0's store listens on (default: --master-addr, so loopback on one "
@@ -461,9 +520,9 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--grace", flags->grace_s,
                   "Seconds workers get after SIGTERM before SIGKILL (default 10)")
       ->group(launcher);
-  cmd->add_option("--threads", flags->threads,
-                  "Intra-op threads per worker, for LibTorch and BLAS (default: OMP_NUM_THREADS "
-                  "if set, else this node's cores / its workers, at least 1)")
+  whole("--threads",
+        "Intra-op threads per worker, for LibTorch and BLAS, 1..65536 (default: OMP_NUM_THREADS "
+        "if set, else this node's cores / its workers, at least 1)")
       ->group(launcher);
 
   const char* data = "Data and loss";
@@ -472,11 +531,9 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
       ->group(data);
   cmd->add_option("--data-kind", flags->data_kind, "Force the kind: synthetic|text|tokens|tensors")
       ->group(data);
-  cmd->add_option("--seq-len", t.data.seq_len, "Tokens per sample for text and token data")
-      ->group(data);
-  cmd->add_option("--vocab-size", t.vocab_size,
-                  "Token ids must be below it (default: the model's first nn.Embedding; 256 for "
-                  "text)")
+  whole("--seq-len", "Tokens per sample for text and token data, 1 to " + kInt32Max)->group(data);
+  whole("--vocab-size",
+        "Token ids must be below it (default: the model's first nn.Embedding; 256 for text)")
       ->group(data);
   cmd->add_option("--input-shape", flags->input_shape,
                   "Synthetic: one sample's input shape, e.g. 64, 3x32x32 or 3,32,32 (default: the "
@@ -490,17 +547,14 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
                   "cross_entropy (default; next-token for LMs), mse, or model (forward(input, "
                   "target) returns the loss)")
       ->group(data);
-  cmd->add_option("--seed", t.data.seed, "Seed of the data (default 0)")->group(data);
+  whole("--seed", "Seed of the data, 0 or more (default 0)")->group(data);
 
   const char* training = "Training";
-  cmd->add_option("--steps", t.steps,
-                  "Optimizer steps (required unless the plan has training.steps)")
+  whole("--steps", "Optimizer steps, at least 1 (required unless the plan has training.steps)")
       ->group(training);
-  cmd->add_option("--global-batch", t.data.global_batch,
-                  "Samples per optimizer step over all ranks and microbatches (default 8)")
+  whole("--global-batch", "Samples per optimizer step over all ranks and microbatches (default 8)")
       ->group(training);
-  cmd->add_option("--microbatches", t.data.microbatches,
-                  "Gradient accumulation: microbatches per step and rank (default 1)")
+  whole("--microbatches", "Gradient accumulation: microbatches per step and rank (default 1)")
       ->group(training);
   cmd->add_option("--optimizer", t.optimizer.kind, "sgd, adam or adamw (default)")->group(training);
   cmd->add_option("--lr", t.optimizer.lr, "Peak learning rate (default 1e-3)")->group(training);
@@ -509,7 +563,7 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--betas", flags->betas, "Adam betas, e.g. 0.9,0.95 (default 0.9,0.999)")
       ->group(training);
   cmd->add_option("--momentum", t.optimizer.momentum, "SGD momentum (default 0)")->group(training);
-  cmd->add_option("--warmup", t.warmup_steps, "Linear warmup steps (default 0)")->group(training);
+  whole("--warmup", "Linear warmup steps (default 0)")->group(training);
   cmd->add_option("--lr-schedule", t.lr_schedule,
                   "constant (default) or cosine (decays to 10% of --lr at the last step)")
       ->group(training);
@@ -533,11 +587,8 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--checkpoint-dir", t.checkpoint_dir,
                   "Directory for checkpoints (step-N/); a filesystem all ranks see")
       ->group(outputs);
-  cmd->add_option("--checkpoint-every", t.checkpoint_every,
-                  "Save every K steps (default: only at the end)")
-      ->group(outputs);
-  cmd->add_option("--keep-checkpoints", t.keep_checkpoints,
-                  "Newest checkpoints to keep (default 2; 0 keeps all)")
+  whole("--checkpoint-every", "Save every K steps (default 0: only at the end)")->group(outputs);
+  whole("--keep-checkpoints", "Newest checkpoints to keep (default 2; 0 keeps all)")
       ->group(outputs);
   cmd->add_flag("--resume", t.resume,
                 "Continue from the newest complete checkpoint in --checkpoint-dir (if any)")
@@ -550,10 +601,9 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--trace", t.trace_path,
                   "Write a Chrome/Perfetto trace of a few steps (per rank: compute and streams)")
       ->group(outputs);
-  cmd->add_option("--trace-steps", t.trace_steps, "Steps to trace, from the second (default 3)")
+  whole("--trace-steps", "Steps to trace, from the second, 1 to " + kInt32Max + " (default 3)")
       ->group(outputs);
-  cmd->add_option("--log-every", t.log_every, "Print a progress line every N steps (default 10)")
-      ->group(outputs);
+  whole("--log-every", "Print a progress line every N steps (default 10)")->group(outputs);
   cmd->add_flag("--verbose", t.verbose,
                 "When the model fails on the first batch (exit 2), also print its TorchScript "
                 "traceback")

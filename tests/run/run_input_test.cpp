@@ -199,14 +199,62 @@ TEST(RunInput, CudaWhereARankCannotUseAGpuFailsWithTheReason) {
 }
 
 TEST(RunInput, NnodesMustBeAtLeastOne) {
-  expect_refused(run({"--nnodes", "0"}), "--nnodes 0 is not allowed; give at least 1");
+  expect_refused(run({"--nnodes", "0"}), "--nnodes 0 is invalid; it must be from 1 to 2147483647");
 }
 
 TEST(RunInput, NprocPerNodeMustBeAtLeastOne) {
   for (const std::string n : {"0", "-1"}) {
     expect_refused(run({"--nproc-per-node", n}),
-                   "--nproc-per-node " + n + " is not allowed; give at least 1");
+                   "--nproc-per-node " + n +
+                       " is invalid; it must be from 1 to 2147483647 (or left out: the plan's "
+                       "world size / --nnodes)");
   }
+}
+
+// Whole numbers are read as typed: CLI11 clamped a value beyond 64 bits to the largest int64
+// and took "1.5" for some flags. Each bad value is one line naming the flag, the value and the
+// range, before any worker starts.
+TEST(RunInput, WholeNumberFlagsRefuseValuesOutsideTheirRange) {
+  const std::string steps = "it must be from 1 to 9223372036854775807";
+  expect_refused(run({"--steps", "99999999999999999999"}),
+                 "mfsdp: error: --steps 99999999999999999999 is invalid; " + steps + "\n");
+  expect_refused(run({"--steps", "-1"}), "--steps -1 is invalid; " + steps);
+  expect_refused(run({"--steps", "1.5"}), "--steps '1.5' is not a whole number; " + steps);
+  expect_refused(run({"--steps", "abc"}), "--steps 'abc' is not a whole number; " + steps);
+  const std::string port = "it must be from 1 to 65535, or 0 to pick a free port";
+  expect_refused(run({"--master-port", "99999999999999999999"}),
+                 "--master-port 99999999999999999999 is invalid; " + port);
+  expect_refused(run({"--master-port", "65536"}), "--master-port 65536 is invalid; " + port);
+  expect_refused(run({"--master-port", "-1"}), "--master-port -1 is invalid; " + port);
+  expect_refused(run({"--master-port", "1.5"}),
+                 "--master-port '1.5' is not a whole number; " + port);
+  expect_refused(run({"--seed", "18446744073709551616"}),
+                 "--seed 18446744073709551616 is invalid; it must be from 0 to "
+                 "9223372036854775807");
+  expect_refused(run({"--seed", "-1"}),
+                 "--seed -1 is invalid; it must be from 0 to 9223372036854775807");
+  expect_refused(run({"--global-batch", "abc"}),
+                 "--global-batch 'abc' is not a whole number; it must be from 1 to "
+                 "9223372036854775807");
+  expect_refused(run({"--keep-checkpoints", "2147483648"}),
+                 "--keep-checkpoints 2147483648 is invalid; it must be 0 (keep all) or more, up "
+                 "to 2147483647");
+  expect_refused(run({"--node-rank", "-1"}),
+                 "--node-rank -1 is invalid; it must be from 0 to --nnodes - 1");
+  expect_refused(run({"--seq-len", "2147483648"}),
+                 "--seq-len 2147483648 is invalid; it must be from 1 to 2147483647");
+  expect_refused(run({"--trace-steps", "0"}),
+                 "--trace-steps 0 is invalid; it must be from 1 to 2147483647");
+  expect_refused(run({"--log-every", "0"}),
+                 "--log-every 0 is invalid; it must be from 1 to 9223372036854775807");
+}
+
+// The last value of a flag given twice counts, and a valid value still trains.
+TEST(RunInput, WholeNumberFlagsTakeValidValues) {
+  const RunResult r = run({"--steps", "99999999999999999999", "--steps", "1", "--seed", "3",
+                           "--log-every", "1", "--trace-steps", "1", "--keep-checkpoints", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("step 1/1"), std::string::npos) << r.out << r.err;
 }
 
 TEST(RunInput, EmptyMasterAddr) {
@@ -267,13 +315,12 @@ TEST(RunInput, FirstLineSaysWhereRanksTrainAndOnHowManyThreads) {
               std::string::npos)
         << automatic.out;
   }
-  expect_refused(run({"--threads", "0"}),
-                 "--threads 0 is not allowed; give at least 1 thread per worker");
+  expect_refused(run({"--threads", "0"}), "--threads 0 is invalid; it must be from 1 to 65536");
 }
 
 TEST(RunInput, StepsMustBePositive) {
   const RunResult r = mfsdp({"run", two_rank_plan(), "--steps", "0"});
-  expect_refused(r, "--steps must be positive");
+  expect_refused(r, "--steps 0 is invalid; it must be from 1 to 9223372036854775807");
 }
 
 TEST(RunInput, BatchNotDivisibleByRanksTimesMicrobatches) {
@@ -284,7 +331,8 @@ TEST(RunInput, BatchNotDivisibleByRanksTimesMicrobatches) {
 // Caught before step 1, not at the first save.
 TEST(RunInput, NegativeKeepCheckpoints) {
   expect_refused(run({"--keep-checkpoints", "-1"}),
-                 "--keep-checkpoints must be 0 (keep all) or more, got -1");
+                 "--keep-checkpoints -1 is invalid; it must be 0 (keep all) or more, up to "
+                 "2147483647");
 }
 
 TEST(RunInput, ResumeNeedsACheckpointDirectory) {

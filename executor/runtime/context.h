@@ -131,8 +131,10 @@ class Context {
   // spans of their own (a training loop's optimizer step).
   Timeline* timeline();
 
- private:
+  // The state behind the facade, opaque here (executor/runtime/context_impl.h).
   struct Impl;
+
+ private:
   explicit Context(std::unique_ptr<Impl> impl);
   // After any failure the context refuses further work with the first error, rather than
   // continuing from a half-finished microbatch.

@@ -1,0 +1,181 @@
+// Context::create, one named step per function, in the order they run (docs/executor.md,
+// "What create does").
+#include <map>
+#include <set>
+
+#include "executor/runtime/context_impl.h"
+#include "executor/runtime/host_memory.h"
+#include "planner/instrumentation.h"
+#include "planner/model_loader.h"
+#include "planner/torch_model.h"
+#include "schema/digest.h"
+#include "schema/plan_check.h"
+#include "schema/plan_json.h"
+
+namespace mfsdp::executor {
+namespace {
+
+using Impl = Context::Impl;
+
+schema::Plan load_plan(const std::string& path) {
+  schema::ParseResult parsed = schema::read_plan_file(path);
+  std::vector<schema::Problem> problems = parsed.problems;
+  if (problems.empty()) problems = schema::check_plan(parsed.plan);
+  if (!problems.empty()) {
+    fail(ExitCode::kUsage,
+         path + ": not a valid plan (" + problems.front().str() +
+             (problems.size() > 1 ? "; and " + std::to_string(problems.size() - 1) + " more" : "") +
+             "); run mfsdp validate " + path);
+  }
+  return parsed.plan;
+}
+
+// 1. The plan, valid and for this world size; the device option, spelled right.
+void load_and_check_plan(Impl& impl, const std::string& plan_path, const LaunchEnv& env) {
+  impl.plan = load_plan(plan_path);
+  const schema::Plan& plan = impl.plan;
+  if (env.world_size != plan.mesh.world_size) {
+    fail(ExitCode::kUsage, plan_path + " is for " + std::to_string(plan.mesh.world_size) +
+                               " rank(s) but WORLD_SIZE is " + std::to_string(env.world_size) +
+                               "; re-plan with --world-size " + std::to_string(env.world_size) +
+                               " or launch " + std::to_string(plan.mesh.world_size) + " ranks");
+  }
+  check_device_name(impl.options.device);
+}
+
+// Bytes of the module's parameters and buffers, each storage once (tied weights share one).
+int64_t tensor_bytes_of(const torch::jit::Module& module) {
+  std::set<const void*> seen;
+  int64_t bytes = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined() && seen.insert(t.storage().unsafeGetStorageImpl()).second) {
+      bytes += static_cast<int64_t>(t.storage().nbytes());
+    }
+  };
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) add(p.value);
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) add(b.value);
+  return bytes;
+}
+
+// 2. The model, with the memory counters' baseline taken before it loads; it must be the
+// model the plan was made for.
+void load_and_check_model(Impl& impl, const std::string& plan_path, const std::string& model_path) {
+  // Graph executors specialise and cache graphs at the first forward; the instrumented
+  // graphs must run as written, and the same on every rank.
+  torch::jit::setGraphExecutorOptimize(false);
+  host_memory::install();
+  impl.base_rss = host_memory::rss_bytes();
+  impl.base_file_rss = host_memory::file_rss_bytes();
+  impl.base_heap_objects = host_memory::heap_object_bytes();
+  impl.model_path = model_path;
+  impl.module = planner::load_module(model_path);
+  impl.model_bytes = tensor_bytes_of(impl.module);
+  const planner::ModelIR ir = planner::extract_model(impl.module, model_path);
+  if (planner::structural_hash(ir) != impl.plan.model.structural_hash) {
+    fail(ExitCode::kUsage, model_path + " does not match " + plan_path +
+                               " (its module tree, parameter names, shapes or dtypes differ); "
+                               "run mfsdp validate --model to see how, then re-plan");
+  }
+}
+
+// 3. The other ranks, and the check that every rank runs the same plan on the same model
+// file (weights included), before the first collective.
+void meet_ranks(Impl& impl, const LaunchEnv& env) {
+  impl.rendezvous = std::make_unique<Rendezvous>(env, impl.options.collective_timeout);
+  impl.rank = env.rank;
+  const std::string mine =
+      schema::sha256_hex(schema::dump_plan(impl.plan)) + schema::sha256_file_hex(impl.model_path);
+  const std::vector<std::string> all = impl.rendezvous->exchange("mfsdp/plan-check", mine);
+  std::string differing;
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] != all[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!differing.empty()) {
+    fail(ExitCode::kUsage, "rank(s) " + differing +
+                               " were given a different plan or model than rank 0; give every "
+                               "rank the same plan and model files");
+  }
+}
+
+// 4. The device the ranks agree on, its streams, communicators and the plan's static slots
+// (unsharded parameters live only in them), in the same order on every rank.
+void create_runtime(Impl& impl, const std::string& plan_path, const LaunchEnv& env) {
+  impl.runtime = make_runtime(impl.plan, env, *impl.rendezvous,
+                              {impl.options.device, impl.options.collective_timeout, plan_path});
+  Runtime& runtime = *impl.runtime;
+  impl.device = runtime.device();
+  impl.ag_stream = &runtime.stream(StreamRole::kAllGather);
+  impl.reduce_stream = &runtime.stream(StreamRole::kReduce);
+  impl.ag_comm = runtime.communicator(CommRole::kAllGather);
+  impl.replica_comm = runtime.communicator(CommRole::kReplicas);
+  impl.shard_rank = env.rank % static_cast<int>(impl.plan.mesh.shard_size);
+  if (impl.options.record_timeline) {
+    impl.timeline = std::make_unique<Timeline>();
+    runtime.set_timeline(impl.timeline.get());
+  }
+}
+
+// 5. Every unit's groups: master shards filled from the loaded values, main gradients, the
+// unsharded buffers in the unit's slot. From then on the only copy of a unit's parameters is
+// its master shards: the full values go unit by unit, so loading never holds the model twice.
+void shard_parameters(Impl& impl) {
+  const schema::Plan& plan = impl.plan;
+  std::map<std::string, int> slot_of;
+  for (const auto& slot : plan.memory.slots) {
+    for (const auto& unit : slot.units) slot_of[unit] = static_cast<int>(slot.index);
+  }
+  const ModelAttributes attributes(impl.module);
+  impl.units.resize(plan.units.size());
+  for (size_t u = 0; u < plan.units.size(); ++u) {
+    const schema::Unit& planned = plan.units[u];
+    UnitRuntime& unit = impl.units[u];
+    unit.plan = &planned;
+    auto it = slot_of.find(planned.name);
+    unit.slot = it == slot_of.end() ? -1 : it->second;
+    uint8_t* base = unit.slot == -1 ? nullptr : impl.runtime->slot(unit.slot);
+    int64_t offset = 0;
+    unit.groups.reserve(planned.groups.size());
+    for (const auto& group : planned.groups) {
+      unit.groups.emplace_back(group, plan.policy, impl.shard_rank, base ? base + offset : nullptr,
+                               impl.device);
+      offset += unit.groups.back().unsharded_bytes();
+      unit.bindings.push_back(attributes.locate(group));
+      unit.groups.back().load(current_values(unit.bindings.back()));
+    }
+    for (const GroupBinding& binding : unit.bindings) drop_full_values(binding, impl.device);
+  }
+  // Buffers (and the parameters' empty placeholders) move to the device.
+  if (!impl.device.is_cpu()) impl.module.to(impl.device);
+}
+
+// 6. The units' hooks in the model's graphs, the schedule to follow, and this context as the
+// hooks' receiver.
+void instrument(Impl& impl) {
+  std::vector<std::string> unit_paths;
+  for (const schema::Unit& unit : impl.plan.units) {
+    unit_paths.push_back(unit.name == schema::kRootName ? "" : unit.name);
+  }
+  planner::instrument_units(impl.module, unit_paths);
+  impl.cursor = std::make_unique<ScheduleCursor>(impl.plan);
+  impl.rs_order = std::make_unique<ReduceScatterOrder>(impl.plan);
+  impl.previous_hooks = planner::set_unit_hooks(&impl);
+}
+
+}  // namespace
+
+std::unique_ptr<Context> Context::create(const std::string& plan_path,
+                                         const std::string& model_path, const LaunchEnv& env,
+                                         ContextOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  load_and_check_plan(*impl, plan_path, env);
+  load_and_check_model(*impl, plan_path, model_path);
+  meet_ranks(*impl, env);
+  create_runtime(*impl, plan_path, env);
+  shard_parameters(*impl);
+  instrument(*impl);
+  impl->setup_peak_rss = host_memory::peak_rss_bytes();
+  return std::unique_ptr<Context>(new Context(std::move(impl)));
+}
+
+}  // namespace mfsdp::executor

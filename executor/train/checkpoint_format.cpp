@@ -11,13 +11,11 @@
 #include "schema/digest.h"
 #include "schema/error.h"
 #include "schema/file_descriptor.h"
-#include "schema/json_text.h"
 #include "schema/plan_rules.h"
 
 namespace mfsdp::executor {
 namespace {
 
-using json = nlohmann::ordered_json;
 using schema::FileDescriptor;
 
 [[noreturn]] void cannot_write(const std::string& path, int error) {
@@ -84,60 +82,6 @@ std::string rank_file_name(int64_t rank) {
   return name;
 }
 
-json rank_entry_to_json(const RankFileEntry& e) {
-  return {{"rank", e.rank}, {"file", e.file}, {"bytes", e.bytes}, {"sha256", e.sha256}};
-}
-
-RankFileEntry rank_entry_from_json(const json& doc, const std::string& where) {
-  RankFileEntry entry;
-  try {
-    entry = {doc.at("rank").get<int64_t>(), doc.at("file").get<std::string>(),
-             doc.at("bytes").get<int64_t>(), doc.at("sha256").get<std::string>()};
-  } catch (const json::exception& e) {
-    fail(ExitCode::kUsage, where + " is damaged (" + e.what() + "); use another checkpoint");
-  }
-  // Rank files lie in the checkpoint directory itself: a path in an edited manifest would
-  // make resume or export read any file the user can.
-  const std::string& file = entry.file;
-  if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
-      file.find('\0') != std::string::npos) {
-    fail(ExitCode::kUsage, where + " names rank file '" + file +
-                               "', which is not a file name in the checkpoint directory (edited "
-                               "or damaged); use another checkpoint");
-  }
-  return entry;
-}
-
-namespace {
-
-// SHA-256 of the manifest without its "checksum", keys sorted and without spaces, so that
-// layout does not count. It chains the checkpoint together: rank files and plan.json are
-// checked against the digests the manifest lists, and those digests against this.
-std::string manifest_checksum(const json& doc) {
-  nlohmann::json canonical = nlohmann::json::parse(doc.dump());
-  canonical.erase("checksum");
-  return schema::sha256_hex(canonical.dump());
-}
-
-}  // namespace
-
-std::string dump_manifest(const Manifest& m) {
-  nlohmann::ordered_json doc;
-  doc["format"] = kCheckpointFormat;
-  doc["step"] = m.step;
-  doc["mesh"] = {{"world_size", m.mesh.world_size},
-                 {"shard_size", m.mesh.shard_size},
-                 {"replicate_size", m.mesh.replicate_size}};
-  doc["plan"] = {{"file", kPlanFile}, {"sha256", m.plan_sha256}};
-  doc["model"] = {{"path", m.model_path}, {"structural_hash", m.model_structural_hash}};
-  doc["optimizer"] = m.optimizer;
-  doc["config"] = nlohmann::ordered_json::parse(m.config.dump());
-  doc["ranks"] = nlohmann::ordered_json::array();
-  for (const auto& r : m.ranks) doc["ranks"].push_back(rank_entry_to_json(r));
-  doc["checksum"] = manifest_checksum(doc);
-  return doc.dump(2) + "\n";
-}
-
 Manifest read_manifest(const std::string& checkpoint) {
   const std::string path = checkpoint + "/" + kManifestFile;
   bool missing = false;
@@ -146,41 +90,7 @@ Manifest read_manifest(const std::string& checkpoint) {
     fail(ExitCode::kUsage, checkpoint + " is not a checkpoint (it has no " + kManifestFile +
                                "); pass a step-NNNNNNNN directory that a save completed");
   }
-  json doc;
-  const std::string error = schema::parse_json_text(text, doc);
-  if (!error.empty()) {
-    fail(ExitCode::kUsage,
-         path + " is damaged (not valid JSON: " + error + "); use another checkpoint");
-  }
-  try {
-    const std::string format = doc.at("format").get<std::string>();
-    if (format != kCheckpointFormat) {
-      fail(ExitCode::kUsage, path + " is format '" + format + "' but this build reads " +
-                                 kCheckpointFormat + "; use the mfsdp that wrote it");
-    }
-    // Manifests written before the checksum existed have none, and are read as they were.
-    if (doc.contains("checksum") &&
-        doc.at("checksum").get<std::string>() != manifest_checksum(doc)) {
-      fail(ExitCode::kUsage, path +
-                                 " does not match its own checksum: it was edited or damaged "
-                                 "after the save; use another checkpoint");
-    }
-    Manifest m;
-    m.step = doc.at("step").get<int64_t>();
-    const json& mesh = doc.at("mesh");
-    m.mesh.world_size = mesh.at("world_size").get<int64_t>();
-    m.mesh.shard_size = mesh.at("shard_size").get<int64_t>();
-    m.mesh.replicate_size = mesh.at("replicate_size").get<int64_t>();
-    m.plan_sha256 = doc.at("plan").at("sha256").get<std::string>();
-    m.model_path = doc.at("model").at("path").get<std::string>();
-    m.model_structural_hash = doc.at("model").at("structural_hash").get<std::string>();
-    m.optimizer = doc.at("optimizer");
-    m.config = nlohmann::json::parse(doc.at("config").dump());
-    for (const json& r : doc.at("ranks")) m.ranks.push_back(rank_entry_from_json(r, path));
-    return m;
-  } catch (const json::exception& e) {
-    fail(ExitCode::kUsage, path + " is damaged (" + e.what() + "); use another checkpoint");
-  }
+  return parse_manifest(text, path);
 }
 
 std::string shard_name(const schema::Unit& unit, size_t group) {

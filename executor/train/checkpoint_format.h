@@ -8,42 +8,16 @@
 #include <vector>
 
 #include <torch/torch.h>
-#include <nlohmann/json.hpp>
 
+#include "executor/train/manifest.h"
 #include "executor/train/sharded_optimizer.h"
 #include "schema/plan.h"
 
 namespace mfsdp::executor {
 
-inline constexpr const char* kCheckpointFormat = "mfsdp.checkpoint/1";
-inline constexpr const char* kManifestFile = "manifest.json";
-inline constexpr const char* kPlanFile = "plan.json";
-
-struct RankFileEntry {
-  int64_t rank = 0;
-  std::string file;  // relative to the checkpoint directory
-  int64_t bytes = 0;
-  std::string sha256;
-};
-
-struct Manifest {
-  int64_t step = 0;
-  schema::Mesh mesh;
-  std::string plan_sha256;  // of plan.json's bytes
-  std::string model_path;   // absolute
-  std::string model_structural_hash;
-  nlohmann::ordered_json optimizer;  // the OptimizerConfig, as an object
-  nlohmann::json config;             // TrainingState::config
-  std::vector<RankFileEntry> ranks;
-};
-
 std::string rank_file_name(int64_t rank);  // "rank-00003.pt"
-// Manifests keep their keys in the order written, for people reading them.
-nlohmann::ordered_json rank_entry_to_json(const RankFileEntry& entry);
-RankFileEntry rank_entry_from_json(const nlohmann::ordered_json& doc, const std::string& where);
-std::string dump_manifest(const Manifest& manifest);
-// Error(kUsage) naming the checkpoint when manifest.json is missing, unreadable, not JSON,
-// of another format or lacks a field.
+// Reads checkpoint/manifest.json with parse_manifest. Error(kUsage) naming the checkpoint when
+// manifest.json is missing or unreadable, and what parse_manifest throws.
 Manifest read_manifest(const std::string& checkpoint);
 
 // The name a trainable group's shard has in rank files: "<unit> group <g>".

@@ -1,5 +1,7 @@
 #include "executor/train/manifest.h"
 
+#include <limits>
+
 #include "schema/digest.h"
 #include "schema/error.h"
 #include "schema/json_text.h"
@@ -8,6 +10,20 @@ namespace mfsdp::executor {
 namespace {
 
 using json = nlohmann::ordered_json;
+
+// The integer `key` of `doc`. nlohmann's get<int64_t>() would cast a floating-point number
+// (undefined beyond 2^63, silently truncated below) and wrap an unsigned one beyond 2^63 - 1;
+// other types and a missing key throw json exceptions, which callers report as damage.
+int64_t integer(const json& doc, const char* key, const std::string& where) {
+  const json& value = doc.at(key);
+  if (value.is_number_float() ||
+      (value.is_number_unsigned() &&
+       value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+    fail(ExitCode::kUsage, where + " is damaged (" + key + " is " + value.dump() +
+                               ", not an integer of 64 bits); use another checkpoint");
+  }
+  return value.get<int64_t>();
+}
 
 // SHA-256 of the manifest without its "checksum", keys sorted and without spaces, so that
 // layout does not count. It chains the checkpoint together: rank files and plan.json are
@@ -27,8 +43,8 @@ json rank_entry_to_json(const RankFileEntry& e) {
 RankFileEntry rank_entry_from_json(const json& doc, const std::string& where) {
   RankFileEntry entry;
   try {
-    entry = {doc.at("rank").get<int64_t>(), doc.at("file").get<std::string>(),
-             doc.at("bytes").get<int64_t>(), doc.at("sha256").get<std::string>()};
+    entry = {integer(doc, "rank", where), doc.at("file").get<std::string>(),
+             integer(doc, "bytes", where), doc.at("sha256").get<std::string>()};
   } catch (const json::exception& e) {
     fail(ExitCode::kUsage, where + " is damaged (" + e.what() + "); use another checkpoint");
   }
@@ -82,11 +98,11 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
                                  "after the save; use another checkpoint");
     }
     Manifest m;
-    m.step = doc.at("step").get<int64_t>();
+    m.step = integer(doc, "step", path);
     const json& mesh = doc.at("mesh");
-    m.mesh.world_size = mesh.at("world_size").get<int64_t>();
-    m.mesh.shard_size = mesh.at("shard_size").get<int64_t>();
-    m.mesh.replicate_size = mesh.at("replicate_size").get<int64_t>();
+    m.mesh.world_size = integer(mesh, "world_size", path);
+    m.mesh.shard_size = integer(mesh, "shard_size", path);
+    m.mesh.replicate_size = integer(mesh, "replicate_size", path);
     m.plan_sha256 = doc.at("plan").at("sha256").get<std::string>();
     m.model_path = doc.at("model").at("path").get<std::string>();
     m.model_structural_hash = doc.at("model").at("structural_hash").get<std::string>();

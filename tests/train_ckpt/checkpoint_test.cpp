@@ -211,6 +211,42 @@ TEST(CheckpointManifest, ChecksumIgnoresLayoutAndCatchesAnyChangedValue) {
   }
 }
 
+// A manifest's integers must be integers: nlohmann would cast a fraction (undefined behaviour
+// for 2.5e+83, which tests/fuzz found) and wrap a number beyond 2^63 - 1.
+TEST(CheckpointManifest, RefusesFractionsAndIntegersBeyond64Bits) {
+  executor::Manifest m;
+  m.step = 3;
+  m.ranks.push_back({0, "rank-00000.pt", 10, std::string(64, '0')});
+  const nlohmann::ordered_json written = nlohmann::ordered_json::parse(executor::dump_manifest(m));
+  const std::string path = "ckpt/step-00000003/manifest.json";
+  const auto error_of = [&](const std::function<void(nlohmann::ordered_json&)>& edit) {
+    nlohmann::ordered_json doc = written;
+    doc.erase("checksum");  // as a manifest from before the checksum, to reach the field
+    edit(doc);
+    try {
+      executor::parse_manifest(doc.dump(2), path);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::kUsage);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const auto damaged = [&](const std::string& what) {
+    return path + " is damaged (" + what + ", not an integer of 64 bits); use another checkpoint";
+  };
+  EXPECT_EQ(error_of([](auto& doc) { doc["step"] = 2.5; }), damaged("step is 2.5"));
+  EXPECT_EQ(error_of([](auto& doc) { doc["mesh"]["world_size"] = 2.5e83; }),
+            damaged("world_size is 2.5e+83"));
+  EXPECT_EQ(error_of([](auto& doc) { doc["ranks"][0]["bytes"] = uint64_t{1} << 63; }),
+            damaged("bytes is 9223372036854775808"));
+  EXPECT_EQ(error_of([](auto& doc) { doc["ranks"][0]["rank"] = -0.0; }), damaged("rank is -0.0"));
+  EXPECT_EQ(error_of([](auto& doc) { doc["step"] = "3"; }),
+            path +
+                " is damaged ([json.exception.type_error.302] type must be number, but is "
+                "string); use another checkpoint");
+  EXPECT_EQ(error_of([](auto&) {}), "accepted");
+}
+
 // What a save that crashed before its rename leaves: a temp directory, even one whose
 // manifest was already written.
 void leave_crashed_save(const std::string& dir, int64_t step) {

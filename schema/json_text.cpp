@@ -2,18 +2,26 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 namespace mfsdp::schema {
 namespace {
 
+// ordered_json keeps an object's members in a vector of pairs with a const key, which it copies,
+// values and all, whenever it grows: a value nested tens of thousands of levels deep (a
+// checkpoint manifest's config, say) overflowed the stack while the document was read.
+constexpr size_t kMaxOrderedDepth = 256;
+
 // Builds the document like Json::parse, but keeps the byte offset of any error; Json::parse
-// reports none for some (a number too large for a double).
+// reports none for some (a number too large for a double). Stops at an array or object nested
+// deeper than `max_depth`.
 template <typename Json>
 class LocatingParser {
  public:
-  explicit LocatingParser(Json& root) : dom_(root, /*allow_exceptions_=*/false) {}
+  LocatingParser(Json& root, size_t max_depth)
+      : dom_(root, /*allow_exceptions_=*/false), max_depth_(max_depth) {}
 
   bool null() { return dom_.null(); }
   bool boolean(bool value) { return dom_.boolean(value); }
@@ -26,11 +34,17 @@ class LocatingParser {
   }
   bool string(typename Json::string_t& value) { return dom_.string(value); }
   bool binary(typename Json::binary_t& value) { return dom_.binary(value); }
-  bool start_object(std::size_t size) { return dom_.start_object(size); }
+  bool start_object(std::size_t size) { return deeper() && dom_.start_object(size); }
   bool key(typename Json::string_t& value) { return dom_.key(value); }
-  bool end_object() { return dom_.end_object(); }
-  bool start_array(std::size_t size) { return dom_.start_array(size); }
-  bool end_array() { return dom_.end_array(); }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t size) { return deeper() && dom_.start_array(size); }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
   bool parse_error(std::size_t position, const std::string& /*last_token*/,
                    const nlohmann::detail::exception& error) {
     error_position = position;
@@ -40,9 +54,17 @@ class LocatingParser {
 
   std::size_t error_position = 0;
   std::string error_message;
+  bool too_deep = false;
 
  private:
+  bool deeper() {
+    too_deep = ++depth_ > max_depth_;
+    return !too_deep;
+  }
+
   nlohmann::detail::json_sax_dom_parser<Json> dom_;
+  std::size_t max_depth_;
+  std::size_t depth_ = 0;
 };
 
 // nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 4: syntax error
@@ -131,13 +153,36 @@ size_t end_of_first_value(const std::string& text) {
   return text.size();
 }
 
+// The offset of the first '[' or '{' nested deeper than `depth` in `text`, which the parser has
+// read as valid JSON up to there.
+size_t offset_of_depth(const std::string& text, size_t depth) {
+  size_t open = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i) {
+        if (text[i] == '\\') ++i;
+      }
+    } else if (c == '[' || c == '{') {
+      if (++open > depth) return i;
+    } else if (c == ']' || c == '}') {
+      --open;
+    }
+  }
+  return text.size();
+}
+
 const char* kFix = "; a JSON file holds one document, so remove what follows it";
 
 template <typename Json>
-std::string parse_text(const std::string& text, Json& out) {
-  LocatingParser<Json> parser(out);
+std::string parse_text(const std::string& text, Json& out, size_t max_depth) {
+  LocatingParser<Json> parser(out, max_depth);
   const size_t nul = text.find('\0');
   if (!Json::sax_parse(text, &parser)) {
+    if (parser.too_deep) {
+      return "arrays and objects nested deeper than " + std::to_string(max_depth) + " levels (" +
+             text_location(text, offset_of_depth(text, max_depth)) + ")";
+    }
     // nlohmann's positions count bytes read, from 1.
     const size_t offset = parser.error_position == 0 ? 0 : parser.error_position - 1;
     if (nul != std::string::npos && nul <= offset) {
@@ -164,11 +209,11 @@ std::string parse_text(const std::string& text, Json& out) {
 }  // namespace
 
 std::string parse_json_text(const std::string& text, nlohmann::json& out) {
-  return parse_text(text, out);
+  return parse_text(text, out, std::numeric_limits<size_t>::max());
 }
 
 std::string parse_json_text(const std::string& text, nlohmann::ordered_json& out) {
-  return parse_text(text, out);
+  return parse_text(text, out, kMaxOrderedDepth);
 }
 
 }  // namespace mfsdp::schema

@@ -14,6 +14,9 @@ namespace mfsdp::schema {
 // "trailing content after the JSON document: a NUL byte at byte offset 812 (line 40 column 2);
 // ...". Byte offsets count from 0, lines and columns from 1.
 std::string parse_json_text(const std::string& text, nlohmann::json& out);
+// As above; arrays and objects nested deeper than 256 levels are refused ("arrays and objects
+// nested deeper than 256 levels (line 3 column 9)"), since ordered_json copies its members
+// recursively as an object grows and a deeper document would overflow the stack.
 std::string parse_json_text(const std::string& text, nlohmann::ordered_json& out);
 
 }  // namespace mfsdp::schema

@@ -2,6 +2,7 @@
 // checkpoints are refused on every rank, and a crashed save never looks like a checkpoint.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -245,6 +246,37 @@ TEST(CheckpointManifest, RefusesFractionsAndIntegersBeyond64Bits) {
                 " is damaged ([json.exception.type_error.302] type must be number, but is "
                 "string); use another checkpoint");
   EXPECT_EQ(error_of([](auto&) {}), "accepted");
+}
+
+// ordered_json copies an object's members recursively as it grows: a config nested 100000
+// arrays deep crashed `mfsdp export` on the stack while the manifest was read.
+TEST(CheckpointManifest, RefusesArraysAndObjectsNestedDeeperThan256Levels) {
+  executor::Manifest m;
+  m.step = 3;
+  m.config = {{"a", 1}, {"b", 2}};
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(executor::dump_manifest(m));
+  doc.erase("checksum");  // as a manifest from before the checksum, so that the deep one reads
+  const std::string text = doc.dump(2);
+  const auto nested = [&](size_t arrays) {
+    std::string deep = text;
+    return deep.insert(deep.find("\"config\": {") + 11,
+                       "\"deep\": " + std::string(arrays, '[') + std::string(arrays, ']') + ", ");
+  };
+  // The manifest, its config and 254 arrays: 256 levels.
+  EXPECT_EQ(executor::parse_manifest(nested(254), "m.json").config.at("deep").size(), 1u);
+  const std::string deeper = nested(100000);
+  const std::string line =
+      std::to_string(std::count(deeper.begin(), deeper.begin() + deeper.find("deep"), '\n') + 1);
+  try {
+    executor::parse_manifest(deeper, "m.json");
+    ADD_FAILURE() << "a manifest nested 100002 levels deep was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kUsage);
+    EXPECT_EQ(std::string(e.what()),
+              "m.json is damaged (not valid JSON: arrays and objects nested deeper than 256 levels "
+              "(line " +
+                  line + " column 276)); use another checkpoint");
+  }
 }
 
 // What a save that crashed before its rename leaves: a temp directory, even one whose

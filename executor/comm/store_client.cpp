@@ -125,18 +125,17 @@ struct StoreClient::Impl {
     }
     if (fd < 0) throw Hangup(last_error);
 
-    const std::string greeting = receive_exactly(wire::kGreetingBytes, deadline, "its greeting");
-    if (std::memcmp(greeting.data(), wire::kMagic, sizeof wire::kMagic) != 0) {
+    const wire::GreetingCheck greeting =
+        wire::check_greeting(receive_exactly(wire::kGreetingBytes, deadline, "its greeting"));
+    if (greeting.verdict == wire::GreetingCheck::kNotAStore) {
       throw StoreError("the program listening at " + where +
                        " is not an mfsdp rendezvous store; another program holds the port");
     }
-    if (static_cast<uint8_t>(greeting[sizeof wire::kMagic]) != wire::kVersion) {
+    if (greeting.verdict == wire::GreetingCheck::kOtherVersion) {
       throw StoreError("the rendezvous store at " + where +
                        " speaks another protocol version; run the same mfsdp on every rank");
     }
-    wire::Nonce server_nonce{};
-    std::memcpy(server_nonce.data(), greeting.data() + sizeof wire::kMagic + 1,
-                server_nonce.size());
+    const wire::Nonce& server_nonce = greeting.server_nonce;
     const wire::Nonce client_nonce = wire::random_nonce();
     send_all(wire::hello(secret, server_nonce, client_nonce), deadline, "the handshake");
     std::string verdict;

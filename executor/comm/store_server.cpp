@@ -16,6 +16,7 @@
 #include <cstring>
 #include <list>
 #include <map>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -185,46 +186,31 @@ struct StoreServer::Impl {
   void consume(Connection& c, Clock::time_point now) {
     if (!c.trusted) {
       if (c.in.size() < wire::kHelloBytes) return;
-      const char* hello = c.in.data();
-      if (std::memcmp(hello, wire::kMagic, sizeof wire::kMagic) != 0 ||
-          static_cast<uint8_t>(hello[sizeof wire::kMagic]) != wire::kVersion) {
+      const wire::HelloCheck hello = wire::check_hello(c.in, secret, c.server_nonce);
+      if (hello.verdict == wire::HelloCheck::kNotARank) {
         refuse(c, "it is not an mfsdp rank (it did not greet as one)");
         return;
       }
-      wire::Nonce client_nonce{};
-      std::memcpy(client_nonce.data(), hello + sizeof wire::kMagic + 1, client_nonce.size());
-      const wire::Mac expected = wire::proof(secret, "client", c.server_nonce, client_nonce);
-      const auto* offered =
-          reinterpret_cast<const uint8_t*>(hello + sizeof wire::kMagic + 1 + wire::kNonceBytes);
-      if (!wire::same_proof(expected.data(), offered)) {
+      if (hello.verdict == wire::HelloCheck::kWrongSecret) {
         c.out.push_back(static_cast<char>(wire::kRefused));
         refuse(c, "it did not prove this run's secret (MFSDP_RDZV_SECRET)");
         return;
       }
-      const wire::Mac mine = wire::proof(secret, "server", c.server_nonce, client_nonce);
-      c.out.push_back(static_cast<char>(wire::kAccepted));
-      c.out.append(reinterpret_cast<const char*>(mine.data()), mine.size());
+      c.out += wire::acceptance(secret, c.server_nonce, hello.client_nonce);
       c.trusted = true;
       c.in.erase(0, wire::kHelloBytes);
     }
-    while (!c.waiting && !c.closing && c.in.size() >= 4) {
-      const uint32_t length = wire::frame_length(c.in.data());
-      if (length > wire::kMaxFrameBytes) {
-        answer(c, wire::Status::kError, {"a request larger than the store's limit"});
-        c.closing = true;
-        return;
-      }
-      if (c.in.size() < 4 + static_cast<size_t>(length)) return;
-      wire::Frame request;
+    while (!c.waiting && !c.closing) {
+      std::optional<wire::Frame> request;
       try {
-        request = wire::decode(c.in.substr(4, length));
+        request = wire::take_frame(c.in, "a request");
       } catch (const wire::WireError& e) {
         answer(c, wire::Status::kError, {e.what()});
         c.closing = true;
         return;
       }
-      c.in.erase(0, 4 + static_cast<size_t>(length));
-      handle(c, request, now);
+      if (!request) return;
+      handle(c, *request, now);
     }
   }
 

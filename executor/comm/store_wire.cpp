@@ -69,6 +69,50 @@ std::string hello(const std::string& secret, const Nonce& server_nonce, const No
   return out;
 }
 
+std::string acceptance(const std::string& secret, const Nonce& server_nonce,
+                       const Nonce& client_nonce) {
+  const Mac mac = proof(secret, "server", server_nonce, client_nonce);
+  std::string out(1, static_cast<char>(kAccepted));
+  out.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+  return out;
+}
+
+GreetingCheck check_greeting(const std::string& bytes) {
+  GreetingCheck check;
+  if (bytes.size() < kGreetingBytes || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+    return check;
+  }
+  if (static_cast<uint8_t>(bytes[sizeof kMagic]) != kVersion) {
+    check.verdict = GreetingCheck::kOtherVersion;
+    return check;
+  }
+  std::memcpy(check.server_nonce.data(), bytes.data() + sizeof kMagic + 1,
+              check.server_nonce.size());
+  check.verdict = GreetingCheck::kStore;
+  return check;
+}
+
+HelloCheck check_hello(const std::string& bytes, const std::string& secret,
+                       const Nonce& server_nonce) {
+  HelloCheck check;
+  if (bytes.size() < kHelloBytes || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0 ||
+      static_cast<uint8_t>(bytes[sizeof kMagic]) != kVersion) {
+    return check;
+  }
+  Nonce client_nonce{};
+  std::memcpy(client_nonce.data(), bytes.data() + sizeof kMagic + 1, client_nonce.size());
+  const Mac expected = proof(secret, "client", server_nonce, client_nonce);
+  const auto* offered =
+      reinterpret_cast<const uint8_t*>(bytes.data() + sizeof kMagic + 1 + kNonceBytes);
+  if (!same_proof(expected.data(), offered)) {
+    check.verdict = HelloCheck::kWrongSecret;
+    return check;
+  }
+  check.verdict = HelloCheck::kProved;
+  check.client_nonce = client_nonce;
+  return check;
+}
+
 std::string encode(uint8_t tag, const std::vector<std::string>& fields) {
   std::string body;
   body.push_back(static_cast<char>(tag));
@@ -117,6 +161,16 @@ Frame decode(const std::string& payload) {
     at += length;
   }
   if (at != payload.size()) throw WireError("bytes after a frame's last field");
+  return frame;
+}
+
+std::optional<Frame> take_frame(std::string& stream, const std::string& what) {
+  if (stream.size() < 4) return std::nullopt;
+  const uint32_t length = frame_length(stream.data());
+  if (length > kMaxFrameBytes) throw WireError(what + " larger than the store's limit");
+  if (stream.size() - 4 < length) return std::nullopt;
+  Frame frame = decode(stream.substr(4, length));
+  stream.erase(0, 4 + static_cast<size_t>(length));
   return frame;
 }
 

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -58,12 +59,35 @@ bool same_proof(const uint8_t* a, const uint8_t* b);  // in constant time
 
 std::string greeting(const Nonce& server_nonce);
 std::string hello(const std::string& secret, const Nonce& server_nonce, const Nonce& client_nonce);
+// The server's answer to a hello that proved the secret: kAccepted and its own proof.
+std::string acceptance(const std::string& secret, const Nonce& server_nonce,
+                       const Nonce& client_nonce);
+
+// What the client makes of the first kGreetingBytes of `bytes` (fewer: kNotAStore).
+struct GreetingCheck {
+  enum Verdict { kStore, kNotAStore, kOtherVersion } verdict = kNotAStore;
+  Nonce server_nonce{};  // when kStore
+};
+GreetingCheck check_greeting(const std::string& bytes);
+
+// What the server makes of a stranger's first kHelloBytes of `bytes` (fewer: kNotARank).
+struct HelloCheck {
+  enum Verdict { kProved, kNotARank, kWrongSecret } verdict = kNotARank;
+  Nonce client_nonce{};  // when kProved
+};
+HelloCheck check_hello(const std::string& bytes, const std::string& secret,
+                       const Nonce& server_nonce);
 
 std::string encode(uint8_t tag, const std::vector<std::string>& fields);
 // Decodes the bytes after the length prefix; throws WireError on a malformed frame.
 Frame decode(const std::string& payload);
 // The length prefix at `bytes` (4 bytes, big-endian).
 uint32_t frame_length(const char* bytes);
+// Takes the first whole frame off the front of `stream`, what a peer has sent so far: nullopt
+// while it is incomplete. Throws WireError, leaving `stream` as it was, when the frame is
+// malformed or its length prefix exceeds kMaxFrameBytes (as soon as the prefix is in, so that
+// a peer cannot make the reader hold more); `what` names it there ("a request").
+std::optional<Frame> take_frame(std::string& stream, const std::string& what);
 
 // The TCP addresses of `host:port`, to listen on (`passive`) or connect to. Throws StoreError
 // when the host cannot be resolved.

@@ -41,10 +41,10 @@ struct UnitRuntime {
   std::vector<FlatGroup> groups;
   std::vector<GroupBinding> bindings;  // per group
   UnitState state = UnitState::kResting;
-  bool bound = false;  // its parameters are bound into the model
+  ShardState shard_state = ShardState::kSharded;
+  std::shared_ptr<Event> gathered;  // the end of its last all-gather
+  bool bound = false;               // its parameters are bound into the model
   bool bound_this_microbatch = false;
-  bool resident = false;  // its slot holds its gathered parameters
-  std::shared_ptr<Event> gathered;
   // Per group, this microbatch: its parameters' gradients once the group has them all.
   std::vector<std::optional<std::vector<at::Tensor>>> grads;
   int grads_missing = 0;

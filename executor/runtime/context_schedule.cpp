@@ -90,6 +90,7 @@ void Context::Impl::perform(const std::vector<ScheduleAction>& actions) {
 
 void Context::Impl::issue_all_gather(int u) {
   UnitRuntime& unit = units[u];
+  transition(unit.shard_state, ShardState::kGathering, name(u));
   // The inputs first (a cast to the compute dtype runs on compute), then on a GPU one wait
   // for them, which also orders the gather after the slot's previous occupant's last use.
   std::vector<const void*> inputs;
@@ -103,14 +104,16 @@ void Context::Impl::issue_all_gather(int u) {
                         "all-gather of " + name(u) + " group " + std::to_string(g));
   }
   unit.gathered = ag_stream->record();
-  unit.resident = true;
   peak_bytes = std::max(peak_bytes, live_bytes);
 }
 
 // Compute waits for the unit's all-gather; the time it is held up is exposed
 // communication.
 void Context::Impl::wait_for_gather(int u) {
-  if (units[u].gathered) runtime->compute_waits_for(units[u].gathered, "all-gather of " + name(u));
+  UnitRuntime& unit = units[u];
+  if (unit.shard_state != ShardState::kGathering) return;
+  runtime->compute_waits_for(unit.gathered, "all-gather of " + name(u));
+  transition(unit.shard_state, ShardState::kGathered, name(u));
 }
 
 void Context::Impl::reshard(int u) {
@@ -118,9 +121,9 @@ void Context::Impl::reshard(int u) {
   // The slot may be reused right after: the all-gather into it must have finished. (On a
   // GPU the next all-gather into the slot runs on the same stream, after compute.)
   wait_for_gather(u);
-  if (unit.resident) {
+  if (unit.shard_state == ShardState::kGathered) {
     for (const auto& group : unit.groups) live_bytes -= group.unsharded_bytes();
-    unit.resident = false;
+    transition(unit.shard_state, ShardState::kSharded, name(u));
   }
   if (unit.bound) {
     for (size_t g = 0; g < unit.groups.size(); ++g) {

@@ -16,8 +16,25 @@ const char* point_name(Point p) {
       return "post_forward";
     case Point::kPreBackward:
       return "pre_backward";
+    case Point::kPostBackward:
+      return "post_backward";
+    case Point::kEndOfBackward:
+      return "end_of_backward";
   }
   return "?";
+}
+
+// The plan was validated (schema::check_plan), so its points are the five known ones.
+Point parse_point(const std::string& point) {
+  for (Point p : {Point::kPreForward, Point::kPostForward, Point::kPreBackward,
+                  Point::kPostBackward, Point::kEndOfBackward}) {
+    if (point == point_name(p)) return p;
+  }
+  fail(ExitCode::kInternal, "schedule point '" + point + "' is none the executor knows");
+}
+
+bool is_pre(Point p) {
+  return p == Point::kPreForward || p == Point::kPreBackward;
 }
 
 std::map<std::string, int> unit_indices(const schema::Plan& plan) {
@@ -40,45 +57,37 @@ ScheduleCursor::ScheduleCursor(const schema::Plan& plan) : plan_(plan) {
     return out;
   };
   for (const auto& e : plan.schedule) {
-    entries_.push_back({e.unit ? index.at(*e.unit) : -1, indices(e.all_gather), indices(e.wait),
+    entries_.push_back({parse_point(e.point), e.phase == "backward",
+                        e.unit ? index.at(*e.unit) : -1, indices(e.all_gather), indices(e.wait),
                         indices(e.reshard)});
   }
-  for (const auto& u : plan.units) unit_bytes_.push_back(u.unsharded_bytes);
 }
 
 void ScheduleCursor::restart() {
   next_ = 0;
-  live_ = 0;
 }
 
 void ScheduleCursor::run_entry(size_t index, std::vector<ScheduleAction>& out) {
   const Entry& e = entries_[index];
-  for (int u : e.all_gather) {
-    out.push_back({ScheduleAction::Kind::kAllGather, u});
-    live_ += unit_bytes_[u];
-  }
+  for (int u : e.all_gather) out.push_back({ScheduleAction::Kind::kAllGather, u});
   for (int u : e.wait) out.push_back({ScheduleAction::Kind::kWait, u});
-  peak_ = std::max(peak_, live_);
-  for (int u : e.reshard) {
-    out.push_back({ScheduleAction::Kind::kReshard, u});
-    live_ -= unit_bytes_[u];
-  }
+  for (int u : e.reshard) out.push_back({ScheduleAction::Kind::kReshard, u});
 }
 
 std::vector<ScheduleAction> ScheduleCursor::on_event(Point point, int unit) {
   const std::string wanted = point_name(point);
   size_t match = next_;
-  while (match < plan_.schedule.size() &&
-         !(entries_[match].unit == unit && plan_.schedule[match].point == wanted)) {
+  while (match < entries_.size() &&
+         !(entries_[match].unit == unit && entries_[match].point == point)) {
     ++match;
   }
-  if (match == plan_.schedule.size()) {
+  if (match == entries_.size()) {
     // Running a unit after its planned point would need an all-gather the plan does not
     // have (and its slot may be taken): other ranks would not issue it, so this is fatal.
     const std::string& unit_name = plan_.units[unit].name;
     bool planned_earlier = false;
     for (size_t i = 0; i < next_ && !planned_earlier; ++i) {
-      planned_earlier = entries_[i].unit == unit && plan_.schedule[i].point == wanted;
+      planned_earlier = entries_[i].unit == unit && entries_[i].point == point;
     }
     const std::string last = next_ > 0 ? describe(plan_.schedule[next_ - 1]) : "the start";
     fail(ExitCode::kRuntime,
@@ -92,8 +101,7 @@ std::vector<ScheduleAction> ScheduleCursor::on_event(Point point, int unit) {
   for (size_t i = next_; i < match; ++i) {
     // A unit that did not run is reported once, at its pre point; post_backward entries are
     // passed, never announced (gradients signal them separately).
-    const std::string& skipped = plan_.schedule[i].point;
-    if (skipped == "pre_forward" || skipped == "pre_backward") {
+    if (is_pre(entries_[i].point)) {
       divergences_.push_back(describe(plan_.schedule[i]) + " did not run before " + wanted + " " +
                              plan_.units[unit].name);
     }
@@ -105,26 +113,25 @@ std::vector<ScheduleAction> ScheduleCursor::on_event(Point point, int unit) {
 }
 
 bool ScheduleCursor::in_backward() const {
-  return next_ < plan_.schedule.size() && plan_.schedule[next_].phase == "backward";
+  return next_ < entries_.size() && entries_[next_].backward;
 }
 
 std::vector<ScheduleAction> ScheduleCursor::finish() {
   std::vector<ScheduleAction> out;
-  for (size_t i = next_; i < plan_.schedule.size(); ++i) {
-    const std::string& point = plan_.schedule[i].point;
-    if (point == "pre_forward" || point == "pre_backward") {
+  for (size_t i = next_; i < entries_.size(); ++i) {
+    if (is_pre(entries_[i].point)) {
       divergences_.push_back(describe(plan_.schedule[i]) +
                              " did not run before the end of backward");
     }
     run_entry(i, out);
   }
-  next_ = plan_.schedule.size();
+  next_ = entries_.size();
   return out;
 }
 
 std::vector<ScheduleAction> ScheduleCursor::finish_forward() {
   std::vector<ScheduleAction> out;
-  for (; next_ < plan_.schedule.size() && plan_.schedule[next_].phase == "forward"; ++next_) {
+  for (; next_ < entries_.size() && !entries_[next_].backward; ++next_) {
     run_entry(next_, out);
   }
   return out;
@@ -141,10 +148,6 @@ ReduceScatterOrder::ReduceScatterOrder(const schema::Plan& plan) {
 void ReduceScatterOrder::restart() {
   next_ = 0;
   std::fill(is_ready_.begin(), is_ready_.end(), false);
-}
-
-bool ReduceScatterOrder::expects(int unit) const {
-  return std::find(order_.begin(), order_.end(), unit) != order_.end();
 }
 
 std::vector<int> ReduceScatterOrder::ready(int unit) {

@@ -13,7 +13,10 @@
 
 namespace mfsdp::executor {
 
-enum class Point { kPreForward, kPostForward, kPreBackward };
+// A schedule entry's point (schema's ScheduleEntry::point, parsed once). The executor reports
+// the first three; post_backward entries are passed on the way to the next event, and
+// end_of_backward is reached by finish().
+enum class Point { kPreForward, kPostForward, kPreBackward, kPostBackward, kEndOfBackward };
 
 struct ScheduleAction {
   enum class Kind {
@@ -46,25 +49,20 @@ class ScheduleCursor {
 
   // Entries whose event never came, or came late: "pre_forward branch_b (call 0) did not run".
   const std::vector<std::string>& divergences() const { return divergences_; }
-  // Live unsharded bytes after each processed entry's all-gathers (before its reshards), the
-  // same quantity as the plan's schedule[i].unsharded_bytes; and its maximum so far.
-  int64_t live_bytes() const { return live_; }
-  int64_t peak_bytes() const { return peak_; }
 
  private:
   void run_entry(size_t index, std::vector<ScheduleAction>& out);
 
   struct Entry {
-    int unit = -1;  // -1 for end_of_backward
+    Point point = Point::kEndOfBackward;
+    bool backward = false;  // its phase
+    int unit = -1;          // -1 for end_of_backward
     std::vector<int> all_gather, wait, reshard;
   };
 
   const schema::Plan& plan_;
   std::vector<Entry> entries_;  // plan.schedule with unit indices
-  std::vector<int64_t> unit_bytes_;
   size_t next_ = 0;
-  int64_t live_ = 0;
-  int64_t peak_ = 0;
   std::vector<std::string> divergences_;
 };
 
@@ -79,7 +77,6 @@ class ReduceScatterOrder {
   // End of backward: every unit not yet reduced, in order (their gradients are zero if
   // they never arrived).
   std::vector<int> finish();
-  bool expects(int unit) const;
 
  private:
   std::vector<int> order_;

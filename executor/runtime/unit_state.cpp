@@ -29,4 +29,27 @@ void transition(UnitState& state, UnitState next, const std::string& unit) {
   state = next;
 }
 
+const char* state_name(ShardState s) {
+  switch (s) {
+    case ShardState::kSharded:
+      return "SHARDED";
+    case ShardState::kGathering:
+      return "GATHERING";
+    case ShardState::kGathered:
+      return "GATHERED";
+  }
+  return "?";
+}
+
+void transition(ShardState& state, ShardState next, const std::string& unit) {
+  const bool allowed = (state == ShardState::kSharded && next == ShardState::kGathering) ||
+                       (state == ShardState::kGathering && next == ShardState::kGathered) ||
+                       (state == ShardState::kGathered && next == ShardState::kSharded);
+  if (!allowed) {
+    fail(ExitCode::kInternal,
+         "unit " + unit + " cannot go from " + state_name(state) + " to " + state_name(next));
+  }
+  state = next;
+}
+
 }  // namespace mfsdp::executor

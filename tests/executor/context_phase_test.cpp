@@ -1,5 +1,7 @@
-// The context's phase machine (context_phase.h), without a context.
+// The context's phase machine (context_phase.h) and a unit's sharding states
+// (unit_state.h), without a context.
 #include "executor/runtime/context_phase.h"
+#include "executor/runtime/unit_state.h"
 
 #include <stdexcept>
 
@@ -73,6 +75,38 @@ TEST(ContextPhase, FailedIsFinalAndKeepsTheFirstError) {
   }
   EXPECT_EQ(refusal(phase, Phase::kIdle), "the context cannot go from FAILED to IDLE");
   EXPECT_EQ(refusal(phase, Phase::kFailed), "the context cannot go from FAILED to FAILED");
+}
+
+std::string refusal(ShardState& state, ShardState next) {
+  try {
+    transition(state, next, "layers.0");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kInternal);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(UnitShardState, GathersWaitsAndReshardsInThatOrder) {
+  ShardState state = ShardState::kSharded;
+  transition(state, ShardState::kGathering, "layers.0");
+  transition(state, ShardState::kGathered, "layers.0");
+  transition(state, ShardState::kSharded, "layers.0");
+  EXPECT_EQ(state, ShardState::kSharded);
+}
+
+TEST(UnitShardState, RefusesASecondGatherAndAReshardBeforeTheWait) {
+  ShardState state = ShardState::kSharded;
+  EXPECT_EQ(refusal(state, ShardState::kGathered),
+            "unit layers.0 cannot go from SHARDED to GATHERED");
+  transition(state, ShardState::kGathering, "layers.0");
+  EXPECT_EQ(refusal(state, ShardState::kGathering),
+            "unit layers.0 cannot go from GATHERING to GATHERING");
+  EXPECT_EQ(refusal(state, ShardState::kSharded),
+            "unit layers.0 cannot go from GATHERING to SHARDED");
+  transition(state, ShardState::kGathered, "layers.0");
+  EXPECT_EQ(refusal(state, ShardState::kGathering),
+            "unit layers.0 cannot go from GATHERED to GATHERING");
 }
 
 }  // namespace

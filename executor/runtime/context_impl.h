@@ -1,5 +1,5 @@
 #pragma once
-// The context's state, private to its files (docs/design/executor.md):
+// The context's state, private to its files (executor/README.md):
 //   context.cpp            the facade: forward, backward, evaluate, microbatch, accessors
 //   context_schedule.cpp   the unit hooks and what they do: the plan's gathers, waits and
 //                          reshards, binding, gradients and reduce-scatters, end of backward

@@ -1,5 +1,5 @@
 #pragma once
-// The context's phase, with checked transitions (docs/design/executor.md has the diagram):
+// The context's phase, with checked transitions (executor/README.md has the diagram):
 //
 //   IDLE --first pre_forward--> FORWARD --first pre_backward--> BACKWARD
 //    ^  ^                          |                                |

@@ -1,5 +1,5 @@
 #pragma once
-// The one device interface the context trains through (docs/design/executor.md): this rank's
+// The one device interface the context trains through (executor/README.md): this rank's
 // device, its streams and communicators by role, the plan's slots, how compute and the
 // collective streams wait for each other, the collectives on tensors, memory counters and
 // failure checks. cpu_runtime.h (Gloo, host memory, worker-thread streams) and

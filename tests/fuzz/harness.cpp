@@ -49,6 +49,20 @@ void expect_only_errors(const std::function<void()>& body) {
   }
 }
 
+void expect_only_usage_errors(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& error) {
+    if (error.code() != ExitCode::kUsage) {
+      finding("mfsdp::Error with exit code " + std::to_string(static_cast<int>(error.code())) +
+              " where only usage errors (2) are documented: " + error.what());
+    }
+  } catch (const std::exception& error) {
+    finding(std::string("an exception other than mfsdp::Error escaped: ") + typeid(error).name() +
+            ": " + error.what());
+  }
+}
+
 void finding(const std::string& what) {
   std::fprintf(stderr, "\nmfsdp fuzz finding: %s\n", what.c_str());
   std::fflush(stderr);

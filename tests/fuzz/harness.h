@@ -32,6 +32,9 @@ class InputFile {
 // one with ExitCode::kInternal, which mfsdp reserves for its own bugs. Any other exception is a
 // finding.
 void expect_only_errors(const std::function<void()>& body);
+// As expect_only_errors, for readers whose every documented error is a usage error (exit 2):
+// an mfsdp::Error with any other code is a finding too.
+void expect_only_usage_errors(const std::function<void()>& body);
 
 // Ends the run as a finding: prints what happened (a reason the stack alone does not give) and
 // aborts, so libFuzzer keeps the input as a crash file.

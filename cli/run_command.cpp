@@ -24,6 +24,7 @@
 #include "schema/error.h"
 #include "schema/model_path.h"
 #include "schema/plan_json.h"
+#include "schema/plan_loader.h"
 
 namespace mfsdp::cli {
 namespace {
@@ -189,13 +190,10 @@ std::string self_executable() {
   return path;
 }
 
+// The launcher reads what it needs (mesh, training defaults, traced inputs); each worker's
+// context checks every rule before it executes the plan.
 schema::Plan load_plan(const std::string& path) {
-  schema::ParseResult parsed = schema::read_plan_file(path);
-  if (!parsed.problems.empty()) {
-    fail(ExitCode::kUsage, path + ": not a valid plan (" + parsed.problems.front().str() +
-                               "); run mfsdp validate " + path);
-  }
-  return std::move(parsed.plan);
+  return schema::load_plan_file(path, schema::PlanCheck::kShape);
 }
 
 // Synthetic inputs shaped like the plan's first --trace-input (its batch dimension dropped),

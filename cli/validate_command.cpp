@@ -140,12 +140,7 @@ void run_validate(const ValidateFlags& flags, const ModelCheck& model_check) {
 }  // namespace
 
 CheckedPlan read_checked_plan(const std::string& path) {
-  schema::ParseResult parsed = schema::read_plan_file(path);
-  CheckedPlan checked;
-  checked.parsed = parsed.problems.empty();
-  checked.plan = std::move(parsed.plan);
-  checked.problems = checked.parsed ? schema::check_plan(checked.plan) : std::move(parsed.problems);
-  return checked;
+  return schema::inspect_plan_file(path, schema::PlanCheck::kRules);
 }
 
 void add_validate_command(CLI::App& app, ModelCheck model_check) {

@@ -8,21 +8,13 @@
 #include <CLI/CLI.hpp>
 
 #include "schema/plan.h"
+#include "schema/plan_loader.h"
 #include "schema/problem.h"
 
 namespace mfsdp::cli {
 
-// A plan file read for a reviewer: the plan and what is wrong with it. `parsed` is false when
-// the document does not have the plan's shape; then `plan` is incomplete and `problems` are the
-// shape problems only (check_plan needs a complete plan).
-struct CheckedPlan {
-  schema::Plan plan;
-  bool parsed = false;
-  std::vector<schema::Problem> problems;
-};
-
-// read_plan_file, then check_plan when the plan parsed. Throws Error(kUsage) when the file is
-// not a plan at all (unreadable, not JSON, not an object, unknown schema version).
+// A plan file read for a reviewer: schema::inspect_plan_file with every rule checked.
+using CheckedPlan = schema::PlanFileReport;
 CheckedPlan read_checked_plan(const std::string& path);
 
 // Compares a plan with a model file and returns the mismatches. Throws Error(kModel) when the

@@ -9,30 +9,17 @@
 #include "planner/model_loader.h"
 #include "planner/torch_model.h"
 #include "schema/digest.h"
-#include "schema/plan_check.h"
 #include "schema/plan_json.h"
+#include "schema/plan_loader.h"
 
 namespace mfsdp::executor {
 namespace {
 
 using Impl = Context::Impl;
 
-schema::Plan load_plan(const std::string& path) {
-  schema::ParseResult parsed = schema::read_plan_file(path);
-  std::vector<schema::Problem> problems = parsed.problems;
-  if (problems.empty()) problems = schema::check_plan(parsed.plan);
-  if (!problems.empty()) {
-    fail(ExitCode::kUsage,
-         path + ": not a valid plan (" + problems.front().str() +
-             (problems.size() > 1 ? "; and " + std::to_string(problems.size() - 1) + " more" : "") +
-             "); run mfsdp validate " + path);
-  }
-  return parsed.plan;
-}
-
 // 1. The plan, valid and for this world size; the device option, spelled right.
 void load_and_check_plan(Impl& impl, const std::string& plan_path, const LaunchEnv& env) {
-  impl.plan = load_plan(plan_path);
+  impl.plan = schema::load_plan_file(plan_path, schema::PlanCheck::kRules);
   const schema::Plan& plan = impl.plan;
   if (env.world_size != plan.mesh.world_size) {
     fail(ExitCode::kUsage, plan_path + " is for " + std::to_string(plan.mesh.world_size) +

@@ -13,6 +13,7 @@
 #include "schema/digest.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
+#include "schema/plan_loader.h"
 
 namespace mfsdp::executor {
 namespace {
@@ -206,7 +207,8 @@ std::string describe_mesh(const schema::Mesh& m) {
 
 // Why a checkpoint's plan is not this run's plan, in a few words, from its plan.json.
 std::string plan_difference(const std::string& checkpoint, const schema::Plan& current) {
-  const schema::ParseResult saved = schema::read_plan_file(checkpoint + "/" + kPlanFile);
+  const schema::PlanFileReport saved =
+      schema::inspect_plan_file(checkpoint + "/" + kPlanFile, schema::PlanCheck::kShape);
   if (!saved.problems.empty()) return "its plan.json is damaged";
   if (saved.plan.model.structural_hash != current.model.structural_hash) {
     return "its model structure differs";

@@ -15,6 +15,7 @@
 #include "schema/error.h"
 #include "schema/plan_check.h"
 #include "schema/plan_json.h"
+#include "schema/plan_loader.h"
 #include "schema/plan_rules.h"
 
 namespace mfsdp::executor {
@@ -58,17 +59,9 @@ schema::Plan read_checkpoint_plan(const std::string& checkpoint, const Manifest&
   }
   // The digest only shows that the plan is the one the manifest names: a plan edited and
   // re-hashed must still pass every rule before its offsets index the shards.
-  schema::ParseResult parsed = schema::read_plan_file(path);
-  const std::vector<schema::Problem> problems =
-      parsed.problems.empty() ? schema::check_plan(parsed.plan) : parsed.problems;
-  if (!problems.empty()) {
-    const size_t more = problems.size() - 1;
-    fail(ExitCode::kUsage,
-         path + " is not a valid plan (" + problems.front().str() +
-             (more ? "; and " + std::to_string(more) + " more, see mfsdp validate" : "") +
-             "); use another checkpoint");
-  }
-  const schema::Mesh& mesh = parsed.plan.mesh;
+  schema::Plan plan =
+      schema::load_plan_file(path, schema::PlanCheck::kRules, "use another checkpoint");
+  const schema::Mesh& mesh = plan.mesh;
   if (mesh.world_size != manifest.mesh.world_size || mesh.shard_size != manifest.mesh.shard_size ||
       mesh.replicate_size != manifest.mesh.replicate_size) {
     fail(ExitCode::kUsage, path + " is for mesh shard " + std::to_string(mesh.shard_size) +
@@ -78,7 +71,7 @@ schema::Plan read_checkpoint_plan(const std::string& checkpoint, const Manifest&
                                std::to_string(manifest.mesh.replicate_size) +
                                " (edited or damaged); use another checkpoint");
   }
-  return parsed.plan;
+  return plan;
 }
 
 // Every parameter the plan lays out, as the model has it: the same name and shape. The

@@ -81,7 +81,7 @@ TEST(ExportCli, APlanEditedAndRehashedMustStillPassTheRules) {
   edit_plan(checkpoint, [](ordered_json& plan) {
     plan["units"][0]["groups"][0]["params"][0]["offset"] = 1000000000000;
   });
-  expect_refused(checkpoint, checkpoint + "/plan.json is not a valid plan (units[0].groups[0]");
+  expect_refused(checkpoint, checkpoint + "/plan.json: not a valid plan (units[0].groups[0]");
   expect_refused(checkpoint, "; use another checkpoint");
 }
 
@@ -108,7 +108,7 @@ TEST(ExportCli, APlanRehashedWithoutTheManifestsChecksumIsDamaged) {
 TEST(ExportCli, APlanOfAnotherMeshThanTheManifestIsRefused) {
   const std::string checkpoint = checkpoint_copy("mesh");
   edit_plan(checkpoint, [](ordered_json& plan) { plan["mesh"]["world_size"] = 2; });
-  expect_refused(checkpoint, "/plan.json is not a valid plan (mesh.world_size");
+  expect_refused(checkpoint, "/plan.json: not a valid plan (mesh.world_size");
 }
 
 TEST(ExportCli, AManifestWithANulByteAndGarbageIsDamaged) {

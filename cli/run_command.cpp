@@ -20,6 +20,7 @@
 #include "executor/launch/external_launch.h"
 #include "executor/launch/launcher.h"
 #include "executor/runtime/cuda_runtime.h"
+#include "executor/train/plan_training.h"
 #include "executor/train/trainer.h"
 #include "schema/error.h"
 #include "schema/model_path.h"
@@ -221,27 +222,6 @@ void use_traced_input(const schema::Plan& plan, const std::string& dtype_flag,
   if (dtype_flag.empty()) data.input_dtype = integral ? "int64" : "float32";
 }
 
-// The plan's training section fills in what the command line did not give.
-void apply_training(const schema::Training& t, const CLI::App& cmd, executor::TrainConfig& config) {
-  const auto unset = [&cmd](const char* flag) { return cmd.count(flag) == 0; };
-  if (t.steps && unset("--steps")) config.steps = *t.steps;
-  if (t.global_batch && unset("--global-batch")) config.data.global_batch = *t.global_batch;
-  if (t.microbatches && unset("--microbatches")) config.data.microbatches = *t.microbatches;
-  if (t.optimizer && unset("--optimizer")) config.optimizer.kind = *t.optimizer;
-  if (t.lr && unset("--lr")) config.optimizer.lr = *t.lr;
-  if (t.weight_decay && unset("--weight-decay")) config.optimizer.weight_decay = *t.weight_decay;
-  if (t.betas && t.betas->size() == 2 && unset("--betas")) {
-    config.optimizer.beta1 = (*t.betas)[0];
-    config.optimizer.beta2 = (*t.betas)[1];
-  }
-  if (t.momentum && unset("--momentum")) config.optimizer.momentum = *t.momentum;
-  if (t.warmup && unset("--warmup")) config.warmup_steps = *t.warmup;
-  if (t.lr_schedule && unset("--lr-schedule")) config.lr_schedule = *t.lr_schedule;
-  if (t.clip_grad_norm && unset("--clip-grad-norm")) config.clip_grad_norm = *t.clip_grad_norm;
-  if (t.loss && unset("--loss")) config.loss = *t.loss;
-  if (t.seed && unset("--seed")) config.data.seed = static_cast<uint64_t>(*t.seed);
-}
-
 // The finished training config: flags resolved against the plan.
 executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
                               const schema::Plan& plan) {
@@ -271,7 +251,11 @@ executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
     }
     fail(ExitCode::kUsage, config.model_path + ": no such model file (--model)");
   }
-  if (plan.training) apply_training(*plan.training, cmd, config);
+  // The plan's training section fills in what the command line did not give.
+  if (plan.training) {
+    executor::apply_plan_training(*plan.training, config,
+                                  [&cmd](const std::string& flag) { return cmd.count(flag) > 0; });
+  }
   if (cmd.count("--steps") == 0 && !(plan.training && plan.training->steps)) {
     fail(ExitCode::kUsage, "--steps is required (the plan has no training.steps)");
   }

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "executor/comm/rendezvous.h"
+#include "executor/comm/launch_env.h"
 #include "schema/error.h"
 
 namespace mfsdp::executor {

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "executor/comm/rendezvous.h"
+#include "executor/comm/launch_env.h"
 #include "executor/comm/store_wire.h"
 #include "schema/error.h"
 

@@ -22,7 +22,7 @@
 
 #include <torch/script.h>
 
-#include "executor/comm/rendezvous.h"
+#include "executor/comm/launch_env.h"
 #include "schema/plan.h"
 
 namespace mfsdp::executor {

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "executor/comm/rendezvous.h"
+#include "executor/comm/launch_env.h"
 #include "executor/runtime/context.h"
 #include "executor/train/data.h"
 #include "executor/train/sharded_optimizer.h"

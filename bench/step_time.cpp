@@ -12,11 +12,7 @@
 // pairs, which the launcher collects. Each round runs both depths in fresh processes, one
 // after the other, so slow drift of the machine hits both alike; a step's time is that of
 // the slowest rank, and medians pool the timed steps of all rounds.
-#include <fcntl.h>
-#include <poll.h>
 #include <sched.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,13 +31,12 @@
 #include <torch/torch.h>
 
 #include "executor/comm/rendezvous.h"
+#include "executor/launch/process.h"
 #include "executor/runtime/context.h"
 #include "executor/train/sharded_optimizer.h"
 #include "planner/sharding_scope.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
-
-extern char** environ;
 
 namespace {
 
@@ -200,104 +195,31 @@ int run_worker(const Options& o) {
 
 // ---- Launcher ----------------------------------------------------------------------------
 
-struct RankOutput {
-  int status = -1;  // exit status, or -signal
-  std::string out, err;
-};
-
-// torchrun's environment for one rank: ours, minus the launch variables, plus that rank's.
+// torchrun's environment for one rank: ours, with that rank's launch variables.
 std::vector<std::string> rank_environment(int rank, int port, const std::string& secret) {
-  const std::vector<std::pair<std::string, std::string>> set = {
-      {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", std::to_string(port)},
-      {"RANK", std::to_string(rank)},       {"WORLD_SIZE", std::to_string(kWorld)},
-      {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(kWorld)},
-      {"MFSDP_AGENT_STORE", "1"},           {"MFSDP_RDZV_SECRET", secret},
-      {"MFSDP_RDZV_SECRET_FILE", ""}};
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    bool replaced = false;
-    for (const auto& kv : set) replaced |= entry.rfind(kv.first + "=", 0) == 0;
-    if (!replaced) env.push_back(entry);
-  }
-  for (const auto& kv : set) env.push_back(kv.first + "=" + kv.second);
-  return env;
-}
-
-std::vector<char*> c_strings(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (std::string& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
+  return launch::environment_with({{"MASTER_ADDR", "127.0.0.1"},
+                                   {"MASTER_PORT", std::to_string(port)},
+                                   {"RANK", std::to_string(rank)},
+                                   {"WORLD_SIZE", std::to_string(kWorld)},
+                                   {"LOCAL_RANK", std::to_string(rank)},
+                                   {"LOCAL_WORLD_SIZE", std::to_string(kWorld)},
+                                   {"MFSDP_AGENT_STORE", "1"},
+                                   {"MFSDP_RDZV_SECRET", secret},
+                                   {"MFSDP_RDZV_SECRET_FILE", ""}});
 }
 
 // Starts kWorld copies of this binary (no shell) against a store hosted here, and collects
 // their output; ranks still running after `limit` are killed.
-std::vector<RankOutput> run_ranks(const std::vector<std::string>& args,
-                                  std::chrono::seconds limit) {
+std::vector<launch::Finished> run_ranks(const std::vector<std::string>& args,
+                                        std::chrono::seconds limit) {
   executor::StoreHost host(0);
-  std::vector<pid_t> pids(kWorld);
-  std::vector<pollfd> fds;
-  std::vector<RankOutput> results(kWorld);
-  std::vector<std::string*> sinks;
+  std::vector<std::string> argv = {std::filesystem::read_symlink("/proc/self/exe").string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<launch::ChildProcess> ranks;
   for (int rank = 0; rank < kWorld; ++rank) {
-    // Built before fork: between fork and exec only async-signal-safe calls.
-    std::vector<std::string> argv_strings = {"mfsdp_bench_step"};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<std::string> env_strings = rank_environment(rank, host.port(), host.secret());
-    std::vector<char*> argv = c_strings(argv_strings), envp = c_strings(env_strings);
-    int out_pipe[2], err_pipe[2];
-    if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
-      fail(ExitCode::kRuntime, "pipe2 failed");
-    }
-    const pid_t pid = fork();
-    if (pid < 0) fail(ExitCode::kRuntime, "fork failed");
-    if (pid == 0) {
-      dup2(out_pipe[1], STDOUT_FILENO);
-      dup2(err_pipe[1], STDERR_FILENO);
-      execve("/proc/self/exe", argv.data(), envp.data());
-      _exit(127);
-    }
-    close(out_pipe[1]);
-    close(err_pipe[1]);
-    pids[rank] = pid;
-    fds.push_back({out_pipe[0], POLLIN, 0});
-    sinks.push_back(&results[rank].out);
-    fds.push_back({err_pipe[0], POLLIN, 0});
-    sinks.push_back(&results[rank].err);
+    ranks.emplace_back(argv, rank_environment(rank, host.port(), host.secret()));
   }
-  const auto deadline = Clock::now() + limit;
-  size_t open = fds.size();
-  bool killed = false;
-  while (open > 0) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0 && !killed) {
-      for (pid_t pid : pids) kill(pid, SIGKILL);
-      killed = true;
-    }
-    if (poll(fds.data(), fds.size(), killed ? -1 : static_cast<int>(left)) < 0 && errno != EINTR) {
-      break;
-    }
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buffer[4096];
-      const ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
-      if (n > 0) {
-        sinks[i]->append(buffer, static_cast<size_t>(n));
-      } else {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open;
-      }
-    }
-  }
-  for (int rank = 0; rank < kWorld; ++rank) {
-    int status = 0;
-    waitpid(pids[rank], &status, 0);
-    results[rank].status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-  return results;
+  return launch::finish_all(ranks, limit);
 }
 
 using Fields = std::map<std::string, std::string>;
@@ -370,12 +292,11 @@ void run_config(Config& c, const Options& o) {
                                          "--steps",        std::to_string(o.steps),
                                          "--threads",      std::to_string(o.threads),
                                          "--pin",          std::to_string(o.pin)};
-  const std::vector<RankOutput> ranks = run_ranks(args, std::chrono::seconds(900));
+  const std::vector<launch::Finished> ranks = run_ranks(args, std::chrono::seconds(900));
   for (int r = 0; r < kWorld; ++r) {
-    if (ranks[r].status != 0) {
+    if (!ranks[r].status.ok()) {
       fail(ExitCode::kRuntime, "depth " + std::to_string(c.depth) + ": rank " + std::to_string(r) +
-                                   " exited with " + std::to_string(ranks[r].status) + "\n" +
-                                   ranks[r].err);
+                                   " " + ranks[r].status.describe() + "\n" + ranks[r].err);
     }
   }
   std::vector<std::vector<Fields>> steps(kWorld);

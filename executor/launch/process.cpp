@@ -1,12 +1,15 @@
 #include "executor/launch/process.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 #include "schema/error.h"
@@ -66,20 +69,27 @@ struct ChildSetup {
   const char* path;
   char* const* argv;
   char* const* envp;
+  const char* directory;  // nullptr: stay in the parent's
   int stdin_fd, stdout_fd, stderr_fd;
-  int report_fd;  // gets errno when a step before exec fails
+  int report_fd;  // gets a ChildFailure when a step before exec fails
   pid_t parent;
 };
 
-[[noreturn]] void report_and_exit(int report_fd, int error) {
-  ssize_t ignored = ::write(report_fd, &error, sizeof error);
+// What the child writes to the report pipe when it cannot become the program.
+struct ChildFailure {
+  bool in_chdir;  // the working directory was the problem, not the program
+  int error;
+};
+
+[[noreturn]] void report_and_exit(int report_fd, ChildFailure failure) {
+  ssize_t ignored = ::write(report_fd, &failure, sizeof failure);
   (void)ignored;
   _exit(127);
 }
 
 // Runs in the forked child: only async-signal-safe calls until execve.
 [[noreturn]] void become_program(const ChildSetup& setup) {
-  auto give_up = [&setup](int error) { report_and_exit(setup.report_fd, error); };
+  auto give_up = [&setup](int error) { report_and_exit(setup.report_fd, {false, error}); };
   if (setpgid(0, 0) != 0) give_up(errno);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) give_up(errno);
   // The parent may have died before prctl took effect; then no signal is coming.
@@ -87,6 +97,9 @@ struct ChildSetup {
   if (dup2(setup.stdin_fd, STDIN_FILENO) < 0 || dup2(setup.stdout_fd, STDOUT_FILENO) < 0 ||
       dup2(setup.stderr_fd, STDERR_FILENO) < 0) {
     give_up(errno);
+  }
+  if (setup.directory != nullptr && chdir(setup.directory) != 0) {
+    report_and_exit(setup.report_fd, {true, errno});
   }
   // A handler inherited from the parent must not run here (it could write to the parent's
   // self-pipe); exec resets them anyway. Ignored signals stay ignored (nohup), except SIGPIPE.
@@ -103,7 +116,7 @@ struct ChildSetup {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   execve(setup.path, setup.argv, setup.envp);
-  report_and_exit(setup.report_fd, errno);
+  report_and_exit(setup.report_fd, {false, errno});
 }
 
 ExitStatus decode(int status) {
@@ -192,7 +205,8 @@ std::vector<std::string> environment_with(
 }
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv,
-                           const std::vector<std::string>& environment) {
+                           const std::vector<std::string>& environment,
+                           const std::string& working_directory) {
   if (argv.empty() || argv[0].empty()) fail(ExitCode::kInternal, "no program to start");
   // Everything the child needs is built before fork: after it, only async-signal-safe calls.
   std::vector<std::string> argv_strings = argv;
@@ -207,6 +221,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   const ChildSetup setup{argv_strings[0].c_str(),
                          argv_pointers.data(),
                          env_pointers.data(),
+                         working_directory.empty() ? nullptr : working_directory.c_str(),
                          null_fd,
                          out.write,
                          err.write,
@@ -230,17 +245,18 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   close_fd(err.write);
   close_fd(report.write);
 
-  // The report pipe closes on a successful exec, or carries the errno of what failed.
-  int child_errno = 0;
+  // The report pipe closes on a successful exec, or carries what failed.
+  ChildFailure failure{false, 0};
   ssize_t n;
   do {
-    n = ::read(report.read, &child_errno, sizeof child_errno);
+    n = ::read(report.read, &failure, sizeof failure);
   } while (n < 0 && errno == EINTR);
   if (n > 0) {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    fail(ExitCode::kRuntime, "cannot run " + argv[0] + ": " + std::strerror(child_errno));
+    const std::string where = failure.in_chdir ? " in " + working_directory : "";
+    fail(ExitCode::kRuntime, "cannot run " + argv[0] + where + ": " + std::strerror(failure.error));
   }
 
   pid_ = pid;
@@ -318,6 +334,52 @@ ExitStatus ChildProcess::wait() {
   }
   status_ = decode(status);
   return *status_;
+}
+
+std::vector<Finished> finish_all(std::vector<ChildProcess>& children,
+                                 std::optional<std::chrono::milliseconds> limit) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + limit.value_or(std::chrono::milliseconds(0));
+  bool killed = false;
+  std::vector<Finished> results(children.size());
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<size_t, Output>> sources;
+    for (size_t i = 0; i < children.size(); ++i) {
+      for (const Output stream : {Output::kStdout, Output::kStderr}) {
+        if (children[i].fd(stream) < 0) continue;
+        fds.push_back({children[i].fd(stream), POLLIN, 0});
+        sources.push_back({i, stream});
+      }
+    }
+    if (fds.empty()) break;
+    int timeout = -1;
+    if (limit && !killed) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        for (size_t i = 0; i < children.size(); ++i) {
+          if (children[i].try_wait()) continue;
+          children[i].signal_group(SIGKILL);
+          results[i].timed_out = true;
+        }
+        killed = true;
+      } else {
+        timeout = static_cast<int>(std::min<long long>(left.count(), INT_MAX));
+      }
+    }
+    if (poll(fds.data(), fds.size(), timeout) < 0) {
+      if (errno == EINTR) continue;
+      fail(ExitCode::kRuntime, std::string("poll failed: ") + std::strerror(errno));
+    }
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      const auto [child, stream] = sources[i];
+      Finished& result = results[child];
+      children[child].read(stream, stream == Output::kStdout ? result.out : result.err);
+    }
+  }
+  for (size_t i = 0; i < children.size(); ++i) results[i].status = children[i].wait();
+  return results;
 }
 
 }  // namespace mfsdp::launch

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <utility>
@@ -36,10 +37,12 @@ enum class Output { kStdout, kStderr };
 
 class ChildProcess {
  public:
-  // Starts argv[0] (a path; PATH is not searched) with `argv` and exactly `environment`.
-  // Returns once the program has been exec'd. Throws Error(kRuntime) naming the program when
-  // it cannot be started (missing, not executable, ...).
-  ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& environment);
+  // Starts argv[0] (a path; PATH is not searched) with `argv` and exactly `environment`, in
+  // `working_directory` unless it is empty (then in ours). Returns once the program has been
+  // exec'd. Throws Error(kRuntime) naming the program when it cannot be started (missing, not
+  // executable, no such working directory, ...).
+  ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& environment,
+               const std::string& working_directory = "");
   // Still running: SIGKILLs its process group and reaps it. Closes the pipes.
   ~ChildProcess();
   ChildProcess(ChildProcess&& other) noexcept;
@@ -72,5 +75,20 @@ class ChildProcess {
   int err_fd_ = -1;
   std::optional<ExitStatus> status_;
 };
+
+// What a child printed and how it ended.
+struct Finished {
+  ExitStatus status;
+  std::string out;
+  std::string err;
+  bool timed_out = false;  // still running at the limit, so its process group was SIGKILLed
+};
+
+// Reads what each child prints until it has closed stdout and stderr, then reaps it; results in
+// the order of `children`. One poll(2) over every pipe, so a child that fills one pipe never
+// waits while another is read. With a limit, the process group of each child still running when
+// it passes is killed, so a hang ends instead of stalling the caller.
+std::vector<Finished> finish_all(std::vector<ChildProcess>& children,
+                                 std::optional<std::chrono::milliseconds> limit = std::nullopt);
 
 }  // namespace mfsdp::launch

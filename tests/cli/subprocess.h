@@ -12,6 +12,9 @@ struct RunResult {
   std::string err;
 };
 
+// Runs `program` (a path) with `args` in this process's environment, in `cwd` unless it is
+// empty, with stdin from /dev/null, and waits for it. A program that cannot be started exits
+// 127 with the reason on `err`, as in a shell.
 RunResult run_program(const std::string& program, const std::vector<std::string>& args,
                       const std::string& cwd = "");
 

@@ -25,8 +25,8 @@ struct RankLaunch {
   // MFSDP_RDZV_SECRET: a StoreHost's secret(), or any one shared by ranks that host their own.
   std::string secret = "the test ranks' rendezvous secret";
   std::vector<std::pair<std::string, std::string>> extra_env;
-  // Every rank still running after this long is killed (SIGKILL), so a hang fails the test
-  // instead of stalling it.
+  // Every rank still running after this long is killed (SIGKILL, with all it started), so a hang
+  // fails the test instead of stalling it.
   std::chrono::milliseconds limit{std::chrono::seconds(30)};
 };
 

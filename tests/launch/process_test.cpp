@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 
 #include "schema/error.h"
 #include "tests/launch/launcher_process.h"
@@ -57,6 +58,26 @@ TEST(ChildProcess, ProgramThatCannotRunIsARuntimeError) {
   }
 }
 
+TEST(ChildProcess, StartsInTheWorkingDirectoryItIsGiven) {
+  const std::filesystem::path dir = ::testing::TempDir() + "/mfsdp_process_cwd";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ChildProcess child({MFSDP_LAUNCH_FAKE_WORKER, "create=made_here"}, {}, dir.string());
+  EXPECT_TRUE(child.wait().ok());
+  EXPECT_TRUE(std::filesystem::exists(dir / "made_here"));
+}
+
+TEST(ChildProcess, MissingWorkingDirectoryIsARuntimeErrorNamingIt) {
+  try {
+    ChildProcess child({MFSDP_LAUNCH_FAKE_WORKER}, {}, "/nonexistent/dir");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kRuntime);
+    EXPECT_EQ(std::string(e.what()), std::string("cannot run ") + MFSDP_LAUNCH_FAKE_WORKER +
+                                         " in /nonexistent/dir: No such file or directory");
+  }
+}
+
 TEST(ChildProcess, DestroyingARunningChildKillsAndReapsIt) {
   pid_t pid;
   {
@@ -79,6 +100,51 @@ TEST(ChildProcess, EnvironmentWithReplacesAndAddsVariables) {
   EXPECT_EQ(count("MFSDP_LAUNCH_REPLACED=first"), 0);
   EXPECT_EQ(count("MFSDP_LAUNCH_ADDED=x"), 1);
   EXPECT_EQ(count(std::string("PATH=") + std::getenv("PATH")), 1);
+}
+
+// What the fake worker's burst=N (or eburst=N) prints on rank `rank`.
+std::string burst_text(int rank, int count) {
+  std::string text;
+  for (int i = 1; i <= count; ++i) {
+    text += "rank " + std::to_string(rank) + " line " + std::to_string(i) + " " +
+            std::string(300, static_cast<char>('a' + rank)) + "\n";
+  }
+  return text;
+}
+
+TEST(FinishAll, ReadsBothPipesOfEveryChildToTheEnd) {
+  // About 1 MB on stderr first, then on stdout: far more than a pipe holds, so a reader that
+  // waited on one pipe alone would never see the child finish.
+  std::vector<ChildProcess> children;
+  for (int rank = 0; rank < 2; ++rank) {
+    children.emplace_back(
+        std::vector<std::string>{MFSDP_LAUNCH_FAKE_WORKER, "eburst=3000", "burst=3000", "exit=4"},
+        std::vector<std::string>{"RANK=" + std::to_string(rank)});
+  }
+  const std::vector<Finished> finished = finish_all(children);
+  ASSERT_EQ(finished.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(finished[rank].out, burst_text(rank, 3000));
+    EXPECT_EQ(finished[rank].err, burst_text(rank, 3000));
+    EXPECT_EQ(finished[rank].status.code, 4);
+    EXPECT_FALSE(finished[rank].timed_out);
+  }
+}
+
+TEST(FinishAll, KillsChildrenStillRunningAtTheLimit) {
+  std::vector<ChildProcess> children;
+  children.emplace_back(std::vector<std::string>{MFSDP_LAUNCH_FAKE_WORKER, "out=1", "block"},
+                        std::vector<std::string>{});
+  children.emplace_back(std::vector<std::string>{MFSDP_LAUNCH_FAKE_WORKER, "err=1", "exit=3"},
+                        std::vector<std::string>{});
+  const std::vector<Finished> finished = finish_all(children, std::chrono::milliseconds(300));
+  ASSERT_EQ(finished.size(), 2u);
+  EXPECT_TRUE(finished[0].timed_out);
+  EXPECT_EQ(finished[0].status.signal, SIGKILL);
+  EXPECT_EQ(finished[0].out, "out 1 of rank ?\n");
+  EXPECT_FALSE(finished[1].timed_out);
+  EXPECT_EQ(finished[1].status.code, 3);
+  EXPECT_EQ(finished[1].err, "err 1 of rank ?\n");
 }
 
 TEST(ChildProcess, SignalNamesAreTheUsualOnes) {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "planner/sharding_scope.h"
-#include "planner/torch_model.h"
+#include "planner/torchscript/torch_model.h"
 #include "schema/digest.h"
 #include "schema/plan_json.h"
 

@@ -18,7 +18,7 @@ using CheckedPlan = schema::PlanFileReport;
 CheckedPlan read_checked_plan(const std::string& path);
 
 // Compares a plan with a model file and returns the mismatches. Throws Error(kModel) when the
-// model cannot be loaded. Only mfsdp-torch has one (cli/model_check.h).
+// model cannot be loaded. Only mfsdp-torch has one (planner/torchscript/model_check.h).
 using ModelCheck =
     std::function<std::vector<schema::Problem>(const schema::Plan&, const std::string& model)>;
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/model_ir.h"
+#include "planner/torchscript/model_ir.h"
 #include "planner/trace_input.h"
 #include "schema/plan.h"
 

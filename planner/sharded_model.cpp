@@ -1,6 +1,6 @@
 #include "planner/sharded_model.h"
 
-#include "planner/model_loader.h"
+#include "planner/torchscript/model_loader.h"
 #include "schema/digest.h"
 
 namespace mfsdp::planner {

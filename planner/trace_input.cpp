@@ -9,9 +9,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "planner/instrumentation.h"
-#include "planner/torch_model.h"
-#include "planner/unit_hooks.h"
+#include "planner/torchscript/instrumentation.h"
+#include "planner/torchscript/torch_model.h"
+#include "planner/torchscript/unit_hooks.h"
 #include "schema/checked_int64.h"
 #include "schema/error.h"
 #include "schema/plan.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/model_ir.h"
+#include "planner/torchscript/model_ir.h"
 
 namespace mfsdp::planner {
 

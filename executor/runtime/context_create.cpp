@@ -5,9 +5,9 @@
 
 #include "executor/runtime/context_impl.h"
 #include "executor/runtime/host_memory.h"
-#include "planner/instrumentation.h"
-#include "planner/model_loader.h"
-#include "planner/torch_model.h"
+#include "planner/torchscript/instrumentation.h"
+#include "planner/torchscript/model_check.h"
+#include "planner/torchscript/torch_model.h"
 #include "schema/digest.h"
 #include "schema/plan_json.h"
 #include "schema/plan_loader.h"
@@ -58,11 +58,12 @@ void load_and_check_model(Impl& impl, const std::string& plan_path, const std::s
   impl.module = planner::load_module(model_path);
   impl.model_bytes = tensor_bytes_of(impl.module);
   const planner::ModelIR ir = planner::extract_model(impl.module, model_path);
-  if (planner::structural_hash(ir) != impl.plan.model.structural_hash) {
-    fail(ExitCode::kUsage, model_path + " does not match " + plan_path +
-                               " (its module tree, parameter names, shapes or dtypes differ); "
-                               "run mfsdp validate --model to see how, then re-plan");
-  }
+  planner::require_plan_fits_model(
+      impl.plan, ir, model_path, plan_path,
+      {"pass the model the plan was made for, or re-plan (mfsdp validate --model lists every "
+       "difference)",
+       "the plan was edited after mfsdp plan wrote it (its structural hash still matches the "
+       "model); re-plan"});
 }
 
 // 3. The other ranks, and the check that every rank runs the same plan on the same model

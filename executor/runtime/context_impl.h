@@ -23,7 +23,7 @@
 #include "executor/runtime/schedule_cursor.h"
 #include "executor/runtime/timeline.h"
 #include "executor/runtime/unit_state.h"
-#include "planner/unit_hooks.h"
+#include "planner/torchscript/unit_hooks.h"
 #include "schema/error.h"
 #include "schema/plan.h"
 

@@ -11,7 +11,7 @@
 #include "executor/runtime/flat_group.h"
 #include "executor/runtime/host_memory.h"
 #include "executor/runtime/timeline.h"
-#include "planner/torch_model.h"
+#include "planner/torchscript/torch_model.h"
 #include "schema/error.h"
 
 namespace mfsdp::executor {

@@ -18,7 +18,7 @@
 #include "executor/runtime/flat_group.h"
 #include "executor/runtime/stream_layout.h"
 #include "executor/runtime/torch_cuda_stream.h"
-#include "planner/torch_model.h"
+#include "planner/torchscript/torch_model.h"
 #include "schema/error.h"
 
 namespace mfsdp::executor {

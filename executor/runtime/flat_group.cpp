@@ -7,7 +7,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "planner/torch_model.h"
+#include "planner/torchscript/torch_model.h"
 #include "schema/error.h"
 #include "schema/plan_rules.h"
 

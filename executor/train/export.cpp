@@ -9,8 +9,8 @@
 
 #include "executor/train/checkpoint.h"
 #include "executor/train/checkpoint_format.h"
-#include "planner/model_loader.h"
-#include "planner/torch_model.h"
+#include "planner/torchscript/model_check.h"
+#include "planner/torchscript/torch_model.h"
 #include "schema/digest.h"
 #include "schema/error.h"
 #include "schema/plan_check.h"
@@ -74,32 +74,6 @@ schema::Plan read_checkpoint_plan(const std::string& checkpoint, const Manifest&
   return plan;
 }
 
-// Every parameter the plan lays out, as the model has it: the same name and shape. The
-// structural hash says so for plans mfsdp wrote; an edited plan can keep the hash and change
-// the layout.
-void check_plan_parameters(const schema::Plan& plan, const std::string& plan_path,
-                           const std::map<std::string, at::Tensor>& params,
-                           const std::string& model_path) {
-  for (const auto& unit : plan.units) {
-    for (const auto& group : unit.groups) {
-      if (!schema::has_gradient(group)) continue;
-      for (const auto& p : group.params) {
-        const auto it = params.find(p.name);
-        if (it == params.end()) {
-          fail(ExitCode::kUsage, plan_path + " lays out parameter '" + p.name + "', which " +
-                                     model_path + " does not have (edited or damaged); use " +
-                                     "another checkpoint");
-        }
-        if (it->second.sizes() != at::IntArrayRef(p.shape)) {
-          fail(ExitCode::kUsage, plan_path + " gives parameter '" + p.name +
-                                     "' another shape than " + model_path +
-                                     " (edited or damaged); use another checkpoint");
-        }
-      }
-    }
-  }
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
@@ -125,12 +99,12 @@ ExportSummary export_model(const std::string& checkpoint_arg, const std::string&
                                ", which does not exist any more; pass the model file with --model");
   }
   torch::jit::Module module = planner::load_module(summary.model_path);
-  if (planner::structural_hash(planner::extract_model(module, summary.model_path)) !=
-      plan.model.structural_hash) {
-    fail(ExitCode::kUsage, summary.model_path + " does not match the plan of " + checkpoint +
-                               " (its module tree, parameter names, shapes or dtypes differ); "
-                               "pass the model file the run trained with --model");
-  }
+  planner::require_plan_fits_model(
+      plan, planner::extract_model(module, summary.model_path), summary.model_path,
+      "the plan of " + checkpoint,
+      {"pass the model file the run trained with --model",
+       "the checkpoint's plan.json was edited or damaged (its structural hash still matches the "
+       "model); use another checkpoint"});
 
   // Replica 0 holds every shard once: ranks 0 .. shard_size-1 are its shard ranks in order.
   const std::vector<std::string> names = trainable_group_names(plan);
@@ -171,7 +145,6 @@ ExportSummary export_model(const std::string& checkpoint_arg, const std::string&
 
   std::map<std::string, at::Tensor> params;
   for (const auto& p : module.named_parameters(/*recurse=*/true)) params[p.name] = p.value;
-  check_plan_parameters(plan, checkpoint + "/" + kPlanFile, params, summary.model_path);
   at::NoGradGuard no_grad;
   size_t next = 0;
   for (const auto& unit : plan.units) {

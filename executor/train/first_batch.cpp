@@ -3,7 +3,7 @@
 #include <sstream>
 #include <vector>
 
-#include "planner/torch_model.h"
+#include "planner/torchscript/torch_model.h"
 #include "schema/error.h"
 
 namespace mfsdp::executor {

@@ -91,8 +91,14 @@ TEST(ExportCli, APlanNamingAParameterTheModelLacksIsRefused) {
   edit_plan(checkpoint, [](ordered_json& plan) {
     plan["units"][0]["groups"][0]["params"][0]["name"] = "nope.weight";
   });
-  expect_refused(checkpoint, checkpoint + "/plan.json lays out parameter 'nope.weight', which " +
-                                 kRepo + "/tests/fixtures/tied_lm.pt does not have");
+  const std::string model = kRepo + "/tests/fixtures/tied_lm.pt";
+  expect_refused(checkpoint, model + " does not match the plan of " + checkpoint +
+                                 ": units[0].groups[0].params[0].name: 'nope.weight' is not a "
+                                 "parameter in " +
+                                 model);
+  expect_refused(checkpoint,
+                 "plan.json was edited or damaged (its structural hash still matches "
+                 "the model); use another checkpoint");
 }
 
 TEST(ExportCli, APlanRehashedWithoutTheManifestsChecksumIsDamaged) {

@@ -7,7 +7,7 @@
 
 #include "executor/runtime/flat_group.h"
 #include "planner/sharding_scope.h"
-#include "planner/torch_model.h"
+#include "planner/torchscript/torch_model.h"
 #include "tests/planner/ir_builder.h"
 
 namespace mfsdp::executor {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "planner/model_ir.h"
+#include "planner/torchscript/model_ir.h"
 #include "planner/scope_file.h"
 #include "planner/unit_selector.h"
 #include "schema/error.h"

@@ -1,4 +1,4 @@
-#include "planner/instrumentation.h"
+#include "planner/torchscript/instrumentation.h"
 
 #include <functional>
 #include <memory>
@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
-#include "planner/unit_hooks.h"
+#include "planner/torchscript/unit_hooks.h"
 #include "tests/planner/test_support.h"
 
 namespace mfsdp::planner {

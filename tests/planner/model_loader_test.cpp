@@ -1,4 +1,4 @@
-#include "planner/model_loader.h"
+#include "planner/torchscript/model_loader.h"
 
 #include <fstream>
 

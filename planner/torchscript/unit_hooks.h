@@ -1,6 +1,6 @@
 #pragma once
 // What runs at unit boundaries inside an instrumented TorchScript forward (see
-// planner/instrumentation.h). The executor implements it to follow a plan; `mfsdp plan
+// planner/torchscript/instrumentation.h). The executor implements it to follow a plan; `mfsdp plan
 // --trace-input` implements it to record the real unit order. No LibTorch types here.
 
 namespace mfsdp::planner {

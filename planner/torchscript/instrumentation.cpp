@@ -1,4 +1,4 @@
-#include "planner/instrumentation.h"
+#include "planner/torchscript/instrumentation.h"
 
 #include <algorithm>
 #include <string>
@@ -10,8 +10,8 @@
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
-#include "planner/model_ir.h"
-#include "planner/unit_ops.h"
+#include "planner/torchscript/model_ir.h"
+#include "planner/torchscript/unit_ops.h"
 #include "schema/error.h"
 #include "schema/plan.h"
 

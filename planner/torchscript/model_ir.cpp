@@ -1,4 +1,4 @@
-#include "planner/model_ir.h"
+#include "planner/torchscript/model_ir.h"
 
 #include "schema/plan.h"
 

@@ -1,4 +1,4 @@
-#include "cli/model_check.h"
+#include "planner/torchscript/model_check.h"
 
 #include <algorithm>
 #include <map>
@@ -6,9 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/model_loader.h"
+#include "planner/torchscript/model_loader.h"
+#include "schema/error.h"
 
-namespace mfsdp::cli {
+namespace mfsdp::planner {
 namespace {
 
 std::string quote(const std::string& name) {
@@ -29,7 +30,7 @@ std::string at(const std::string& path, size_t index) {
 
 class Comparison {
  public:
-  Comparison(const planner::ModelIR& model, const std::string& model_path)
+  Comparison(const ModelIR& model, const std::string& model_path)
       : model_(model), in_model_(" in " + model_path) {
     for (size_t t = 0; t < model.tensors.size(); ++t) {
       for (const auto& name : model.tensors[t].names) tensor_by_name_.emplace(name, t);
@@ -37,7 +38,7 @@ class Comparison {
   }
 
   void structure(const schema::Plan& plan) {
-    const std::string hash = planner::structural_hash(model_);
+    const std::string hash = structural_hash(model_);
     if (plan.model.structural_hash != hash) {
       report("model.structural_hash", "is " + plan.model.structural_hash + ", but the model" +
                                           in_model_ + " hashes to " + hash +
@@ -68,7 +69,7 @@ class Comparison {
       }
     }
     if (main < 0) return;
-    const planner::TensorInfo& tensor = model_.tensors[main];
+    const TensorInfo& tensor = model_.tensors[main];
     if (const auto [it, fresh] = claimed_by_.emplace(main, param.name); !fresh) {
       return report(path + ".name", quote(param.name) + " and " + quote(it->second) +
                                         " are one tensor (tied)" + in_model_ +
@@ -103,7 +104,7 @@ class Comparison {
   // Model parameters no plan parameter names: the executor would leave them unsharded.
   void uncovered() {
     for (size_t t = 0; t < model_.tensors.size(); ++t) {
-      const planner::TensorInfo& tensor = model_.tensors[t];
+      const TensorInfo& tensor = model_.tensors[t];
       if (!tensor.is_parameter || covered_.count(static_cast<int>(t))) continue;
       report("units", "parameter " + quote(tensor.names.front()) + " (" + tensor.dtype + " " +
                           shape_text(tensor.shape) + ")" + in_model_ + " is in no unit");
@@ -131,7 +132,7 @@ class Comparison {
     return static_cast<int>(it->second);
   }
 
-  const planner::ModelIR& model_;
+  const ModelIR& model_;
   std::string in_model_;
   std::map<std::string, size_t> tensor_by_name_;
   std::map<int, std::string> claimed_by_;  // tensor -> the plan parameter that names it
@@ -141,8 +142,7 @@ class Comparison {
 
 }  // namespace
 
-std::vector<schema::Problem> compare_plan_with_model(const schema::Plan& plan,
-                                                     const planner::ModelIR& model,
+std::vector<schema::Problem> compare_plan_with_model(const schema::Plan& plan, const ModelIR& model,
                                                      const std::string& model_path) {
   Comparison comparison(model, model_path);
   comparison.structure(plan);
@@ -164,7 +164,23 @@ std::vector<schema::Problem> compare_plan_with_model(const schema::Plan& plan,
 
 std::vector<schema::Problem> check_plan_against_model(const schema::Plan& plan,
                                                       const std::string& model_path) {
-  return compare_plan_with_model(plan, planner::load_model(model_path), model_path);
+  return compare_plan_with_model(plan, load_model(model_path), model_path);
 }
 
-}  // namespace mfsdp::cli
+void require_plan_fits_model(const schema::Plan& plan, const ModelIR& model,
+                             const std::string& model_path, const std::string& plan_name,
+                             const FitHints& hints) {
+  const std::vector<schema::Problem> problems = compare_plan_with_model(plan, model, model_path);
+  if (problems.empty()) return;
+  // The hash only says that something differs; a unit or parameter says what.
+  const auto is_hash = [](const schema::Problem& p) { return p.path == "model.structural_hash"; };
+  const bool other_model = std::any_of(problems.begin(), problems.end(), is_hash);
+  const auto specific = std::find_if_not(problems.begin(), problems.end(), is_hash);
+  const schema::Problem& named = specific != problems.end() ? *specific : problems.front();
+  std::string message = model_path + " does not match " + plan_name + ": " + named.str();
+  if (problems.size() > 1) message += " (and " + std::to_string(problems.size() - 1) + " more)";
+  throw Error(ExitCode::kUsage,
+              message + "; " + (other_model ? hints.other_model : hints.edited_plan));
+}
+
+}  // namespace mfsdp::planner

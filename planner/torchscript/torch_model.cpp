@@ -1,4 +1,4 @@
-#include "planner/torch_model.h"
+#include "planner/torchscript/torch_model.h"
 
 #include <fstream>
 #include <map>
@@ -6,7 +6,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "planner/model_loader.h"
+#include "planner/torchscript/model_loader.h"
 #include "schema/error.h"
 
 namespace mfsdp::planner {

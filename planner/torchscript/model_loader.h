@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "planner/model_ir.h"
+#include "planner/torchscript/model_ir.h"
 
 namespace mfsdp::planner {
 

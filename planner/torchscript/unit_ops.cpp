@@ -1,4 +1,4 @@
-#include "planner/unit_ops.h"
+#include "planner/torchscript/unit_ops.h"
 
 #include <atomic>
 #include <utility>
@@ -7,8 +7,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
-#include "planner/torch_model.h"
-#include "planner/unit_hooks.h"
+#include "planner/torchscript/torch_model.h"
+#include "planner/torchscript/unit_hooks.h"
 
 namespace mfsdp::planner {
 

@@ -1,7 +1,7 @@
 // structural_hash: what a plan depends on in a model, and nothing else (not the weights).
 #include <sstream>
 
-#include "planner/model_loader.h"
+#include "planner/torchscript/model_loader.h"
 #include "schema/digest.h"
 
 namespace mfsdp::planner {

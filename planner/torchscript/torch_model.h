@@ -1,10 +1,10 @@
 #pragma once
 // The LibTorch side of model loading, for translation units that already hold a module (the
-// executor). Everything else includes planner/model_loader.h, which has no LibTorch types.
+// executor). Everything else includes planner/torchscript/model_loader.h, which has no LibTorch types.
 
 #include <torch/script.h>
 
-#include "planner/model_ir.h"
+#include "planner/torchscript/model_ir.h"
 
 namespace mfsdp::planner {
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -19,6 +20,7 @@
 #include "schema/json_text.h"
 #include "schema/model_path.h"
 #include "schema/plan.h"
+#include "schema/plan_check.h"
 #include "schema/plan_json.h"
 
 namespace mfsdp::cli {
@@ -173,43 +175,43 @@ void print_json_summary(const schema::Plan& plan, const std::string& output) {
   std::cout << s.dump(2) << "\n";
 }
 
-const std::string kRankRange = "from 1 to " + std::to_string(schema::kMaxWorldSize) +
-                               " (ranks are 32-bit ints in Gloo and NCCL)";
-const std::string kAlignRange =
-    "a power of two from 1 to " + std::to_string(schema::kMaxAlignBytes) + " (1 GiB)";
 const std::string kPrefetchRange = "0 (no prefetch) or more, up to 9223372036854775807";
 
-// Policy values come from flags or the scope file; refuse bad ones before loading the model.
-void check_policy_flags(const schema::Policy& policy) {
-  const char* floating = "float32, bfloat16, float16 or float64";
-  if (policy.param_dtype && !schema::is_floating_dtype(*policy.param_dtype)) {
-    fail(ExitCode::kUsage, "--param-dtype (policy.param_dtype) '" + *policy.param_dtype +
-                               "' is not " + floating + " (or keep)");
-  }
-  if (!schema::is_floating_dtype(policy.reduce_dtype)) {
-    fail(ExitCode::kUsage,
-         "--reduce-dtype (policy.reduce_dtype) '" + policy.reduce_dtype + "' is not " + floating);
-  }
-  if (policy.forward_prefetch < 0 || policy.backward_prefetch < 0) {
-    fail(ExitCode::kUsage,
-         "--prefetch/--forward-prefetch/--backward-prefetch (policy.forward_prefetch, "
-         "policy.backward_prefetch) must be " +
-             kPrefetchRange);
-  }
-  if (policy.resident_budget_bytes < 0) {
-    fail(ExitCode::kUsage,
-         "--resident-budget (policy.resident_budget_bytes) must be 0 (no cap) "
-         "or a byte size");
-  }
-  const int64_t a = policy.align_bytes;
-  if (a < 1 || (a & (a - 1)) != 0) {
-    fail(ExitCode::kUsage, "--align (policy.align_bytes) " + std::to_string(a) +
-                               " is not a power of two (e.g. 16 or 256)");
-  }
-  if (a > schema::kMaxAlignBytes) {
-    fail(ExitCode::kUsage, "--align (policy.align_bytes) " + std::to_string(a) +
-                               " is too large; it must be " + kAlignRange);
-  }
+// The flag that sets each mesh and policy field of the plan.
+const std::map<std::string, std::string>& flag_of_field() {
+  static const std::map<std::string, std::string> flags = {
+      {"mesh.world_size", "--world-size"},
+      {"mesh.replicate_size", "--replicate"},
+      {"policy.param_dtype", "--param-dtype"},
+      {"policy.reduce_dtype", "--reduce-dtype"},
+      {"policy.forward_prefetch", "--forward-prefetch"},
+      {"policy.backward_prefetch", "--backward-prefetch"},
+      {"policy.resident_budget_bytes", "--resident-budget"},
+      {"policy.align_bytes", "--align"}};
+  return flags;
+}
+
+// Mesh and policy values come from flags or the scope file; refuse bad ones before loading the
+// model, by the rules ShardingScope and validate apply (schema::check_mesh, check_policy), naming
+// where the value came from: "--align (policy.align_bytes) 24 is not ..." for a flag,
+// "scope.json: policy.align_bytes 24 is not ..." for the scope file.
+void check_mesh_and_policy(const CLI::App& cmd, const std::string& scope_file,
+                           const schema::Mesh& mesh, const schema::Policy& policy) {
+  std::vector<schema::Problem> problems = schema::check_mesh(mesh);
+  for (auto& p : schema::check_policy(policy)) problems.push_back(std::move(p));
+  if (problems.empty()) return;
+  const schema::Problem& first = problems.front();
+  const auto flag = flag_of_field().find(first.path);
+  const bool by_flag =
+      flag != flag_of_field().end() &&
+      (cmd.count(flag->second) > 0 ||
+       (first.path.find("_prefetch") != std::string::npos && cmd.count("--prefetch")));
+  const std::string name =
+      by_flag || scope_file.empty()
+          ? (flag != flag_of_field().end() ? flag->second + " (" : "(") + first.path + ")"
+          : scope_file + ": " + first.path;
+  const std::string keep = first.path == "policy.param_dtype" ? " (or keep)" : "";
+  fail(ExitCode::kUsage, name + " " + first.message + keep);
 }
 
 schema::Training read_training_file(const std::string& path) {
@@ -234,29 +236,23 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
 
   schema::Mesh mesh;
   if (cmd.count("--world-size")) {
-    mesh.world_size =
-        whole_number(flags.world_size, "--world-size", 1, schema::kMaxWorldSize, kRankRange);
+    mesh.world_size = whole_number(flags.world_size, "--world-size", 1, schema::kMaxWorldSize,
+                                   schema::world_size_range());
   } else if (scope_file.world_size) {
     mesh.world_size = *scope_file.world_size;
-    if (mesh.world_size < 1 || mesh.world_size > schema::kMaxWorldSize) {
-      fail(ExitCode::kUsage, flags.scope_file + ": mesh.world_size " +
-                                 std::to_string(mesh.world_size) + " is invalid; it must be " +
-                                 kRankRange);
-    }
   } else {
     fail(ExitCode::kUsage,
          "--world-size is required (the number of ranks the plan is for; or "
          "mesh.world_size in a --scope file)");
   }
-  mesh.replicate_size = cmd.count("--replicate") ? whole_number(flags.replicate, "--replicate", 1,
-                                                                schema::kMaxWorldSize, kRankRange)
-                                                 : scope_file.replicate_size.value_or(1);
-  if (mesh.replicate_size < 1 || mesh.world_size % mesh.replicate_size != 0) {
-    fail(ExitCode::kUsage, "--replicate " + std::to_string(mesh.replicate_size) +
-                               " must be at least 1 and divide --world-size " +
-                               std::to_string(mesh.world_size));
+  mesh.replicate_size = cmd.count("--replicate")
+                            ? whole_number(flags.replicate, "--replicate", 1, schema::kMaxWorldSize,
+                                           schema::world_size_range())
+                            : scope_file.replicate_size.value_or(1);
+  // Left 0 (and refused below) when the replicate size does not divide the world size.
+  if (mesh.replicate_size >= 1 && mesh.world_size % mesh.replicate_size == 0) {
+    mesh.shard_size = mesh.world_size / mesh.replicate_size;
   }
-  mesh.shard_size = mesh.world_size / mesh.replicate_size;
 
   schema::Policy policy = scope_file.policy;
   if (cmd.count("--param-dtype")) {
@@ -293,10 +289,10 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   if (flags.no_unified_stream) policy.unified_stream = false;
   if (cmd.count("--align")) {
     policy.align_bytes = whole_number(flags.align_bytes, "--align (policy.align_bytes)", INT64_MIN,
-                                      INT64_MAX, kAlignRange);
+                                      INT64_MAX, schema::align_range());
   }
 
-  check_policy_flags(policy);
+  check_mesh_and_policy(cmd, flags.scope_file, mesh, policy);
   std::vector<planner::TraceInput> trace_inputs;
   for (const std::string& spec : flags.trace_inputs) {
     trace_inputs.push_back(planner::parse_trace_input(spec));

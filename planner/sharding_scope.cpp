@@ -1,8 +1,8 @@
 #include "planner/sharding_scope.h"
 
 #include "planner/passes.h"
-#include "schema/checked_int64.h"
 #include "schema/error.h"
+#include "schema/plan_check.h"
 
 namespace mfsdp::planner {
 namespace {
@@ -13,48 +13,12 @@ std::string scope_label(int id) {
   return "scope #" + std::to_string(id);
 }
 
-void check_mesh(const schema::Mesh& mesh) {
-  if (mesh.world_size < 1 || mesh.world_size > schema::kMaxWorldSize) {
-    fail(ExitCode::kPlanning, "world size " + std::to_string(mesh.world_size) +
-                                  " is invalid; it must be from 1 to " +
-                                  std::to_string(schema::kMaxWorldSize));
-  }
-  if (mesh.replicate_size < 1 || mesh.world_size % mesh.replicate_size != 0) {
-    fail(ExitCode::kPlanning, "replicate size " + std::to_string(mesh.replicate_size) +
-                                  " must be at least 1 and divide the world size " +
-                                  std::to_string(mesh.world_size));
-  }
-  if (schema::checked_mul(mesh.shard_size, mesh.replicate_size) != mesh.world_size) {
-    fail(ExitCode::kPlanning, "mesh shard size " + std::to_string(mesh.shard_size) +
-                                  " × replicate size " + std::to_string(mesh.replicate_size) +
-                                  " is not the world size " + std::to_string(mesh.world_size));
-  }
-}
-
-void check_policy(const schema::Policy& policy) {
-  const auto floating = [](const std::string& what, const std::string& dtype) {
-    if (!schema::is_floating_dtype(dtype)) {
-      fail(ExitCode::kPlanning, what + " '" + dtype +
-                                    "' is not a floating dtype; use float32, bfloat16, float16 "
-                                    "or float64");
-    }
-  };
-  if (policy.param_dtype) floating("param dtype", *policy.param_dtype);
-  floating("reduce dtype", policy.reduce_dtype);
-  if (policy.forward_prefetch < 0 || policy.backward_prefetch < 0) {
-    fail(ExitCode::kPlanning, "prefetch depth must be 0 (no prefetch) or more");
-  }
-  if (policy.resident_budget_bytes < 0) {
-    fail(ExitCode::kPlanning, "resident budget must be 0 (no cap) or a positive byte count");
-  }
-  const int64_t a = policy.align_bytes;
-  if (a < 1 || (a & (a - 1)) != 0) {
-    fail(ExitCode::kPlanning,
-         "alignment " + std::to_string(a) + " bytes is not a power of two (e.g. 16 or 256)");
-  }
-  if (a > schema::kMaxAlignBytes) {
-    fail(ExitCode::kPlanning, "alignment " + std::to_string(a) + " bytes is more than " +
-                                  std::to_string(schema::kMaxAlignBytes) + " (1 GiB), the largest");
+// The first broken rule of the mesh and policy (schema::check_mesh, check_policy), if any.
+void check_settings(const schema::Mesh& mesh, const schema::Policy& policy) {
+  std::vector<schema::Problem> problems = schema::check_mesh(mesh);
+  for (auto& p : schema::check_policy(policy)) problems.push_back(std::move(p));
+  if (!problems.empty()) {
+    fail(ExitCode::kPlanning, problems.front().path + " " + problems.front().message);
   }
 }
 
@@ -67,8 +31,7 @@ ShardingScope::ShardingScope(ShardedModel& model, schema::Mesh mesh, schema::Pol
          "a sharding scope is already active: mfsdp does not support nesting scopes; finalize "
          "the open scope first");
   }
-  check_mesh(mesh_);
-  check_policy(policy_);
+  check_settings(mesh_, policy_);
   id_ = ++model_.scopes_opened_;
   active_scope = this;
 }

@@ -94,22 +94,6 @@ std::optional<int64_t> Context::align_elems(const Group& group) const {
 
 namespace {
 
-void check_dtype_is_floating(Context& context, const std::string& path, const std::string& dtype) {
-  if (is_floating_dtype(dtype)) return;
-  const std::vector<std::string>& names = dtype_names();
-  const bool known = std::find(names.begin(), names.end(), dtype) != names.end();
-  context.report(
-      path, (known ? quote(dtype) + " is not a floating dtype" : "unknown dtype " + quote(dtype)) +
-                "; expected float32, float64, float16 or bfloat16");
-}
-
-void check_at_least(Context& context, const std::string& path, int64_t value, int64_t minimum) {
-  if (value < minimum) {
-    context.report(path,
-                   "must be >= " + std::to_string(minimum) + ", got " + std::to_string(value));
-  }
-}
-
 std::string describe_streams(const std::vector<Stream>& streams) {
   std::string text;
   for (const Stream& stream : streams) {
@@ -127,28 +111,9 @@ void check_header(Context& context) {
                    "is " + quote(plan.schema) + ", expected " + quote(kPlanSchemaVersion));
   }
 
-  const Mesh& mesh = plan.mesh;
-  check_at_least(context, "mesh.world_size", mesh.world_size, 1);
-  check_at_least(context, "mesh.shard_size", mesh.shard_size, 1);
-  check_at_least(context, "mesh.replicate_size", mesh.replicate_size, 1);
-  if (mesh.world_size >= 1 && mesh.shard_size >= 1 && mesh.replicate_size >= 1 &&
-      Wide{mesh.world_size} != Wide{mesh.shard_size} * mesh.replicate_size) {
-    context.report("mesh.world_size", std::to_string(mesh.world_size) + " is not shard_size " +
-                                          std::to_string(mesh.shard_size) + " × replicate_size " +
-                                          std::to_string(mesh.replicate_size));
-  }
-
+  for (const Problem& p : check_mesh(plan.mesh)) context.report(p.path, p.message);
   const Policy& policy = plan.policy;
-  if (policy.param_dtype)
-    check_dtype_is_floating(context, "policy.param_dtype", *policy.param_dtype);
-  check_dtype_is_floating(context, "policy.reduce_dtype", policy.reduce_dtype);
-  check_at_least(context, "policy.forward_prefetch", policy.forward_prefetch, 0);
-  check_at_least(context, "policy.backward_prefetch", policy.backward_prefetch, 0);
-  check_at_least(context, "policy.resident_budget_bytes", policy.resident_budget_bytes, 0);
-  if (!is_power_of_two(policy.align_bytes)) {
-    context.report("policy.align_bytes",
-                   "must be a power of two >= 1, got " + std::to_string(policy.align_bytes));
-  }
+  for (const Problem& p : check_policy(policy)) context.report(p.path, p.message);
 
   const std::vector<Stream> expected = expected_streams(policy);
   const bool same = plan.streams.size() == expected.size() &&

@@ -201,7 +201,7 @@ TEST(PlanCli, BadFlags) {
   expect_clean_failure({"tests/fixtures/tied_lm.pt", "--auto"}, 2, "--world-size is required");
   expect_clean_failure(
       {"tests/fixtures/tied_lm.pt", "--world-size", "4", "--replicate", "3", "--auto"}, 2,
-      "--replicate 3 must be at least 1 and divide --world-size 4");
+      "--replicate (mesh.replicate_size) 3 must be at least 1 and divide the world size 4");
   expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2"}, 2,
                        "choose the units one way");
   expect_clean_failure(
@@ -212,8 +212,8 @@ TEST(PlanCli, BadFlags) {
 TEST(PlanCli, BadPolicyValuesFailBeforeLoadingTheModelNamingTheFlag) {
   // The model path does not exist: the policy error must come first.
   expect_clean_failure({"missing.pt", "--world-size", "2", "--auto", "--param-dtype", "int8"}, 2,
-                       "--param-dtype (policy.param_dtype) 'int8' is not float32, bfloat16, "
-                       "float16 or float64 (or keep)");
+                       "--param-dtype (policy.param_dtype) 'int8' is not a floating dtype; use "
+                       "float32, bfloat16, float16 or float64 (or keep)");
   expect_clean_failure({"missing.pt", "--world-size", "2", "--auto", "--align", "24"}, 2,
                        "--align (policy.align_bytes) 24 is not a power of two");
   expect_clean_failure({"missing.pt", "--world-size", "2", "--auto", "--prefetch", "-1"}, 2,
@@ -263,7 +263,8 @@ TEST(PlanCli, ScopeFileSizesBeyondWhatAPlanHoldsAreUsageErrorsNamingTheKey) {
                            ": mesh.world_size 4611686018427387904 is invalid; it must be from "
                            "1 to 2147483647");
   expect_clean_failure({"missing.pt", "--scope", "tests/fixtures/bad/huge_align.scope.json"}, 2,
-                       "--align (policy.align_bytes) 4611686018427387904 is too large");
+                       "tests/fixtures/bad/huge_align.scope.json: policy.align_bytes "
+                       "4611686018427387904 is too large; it must be a power of two");
   const std::string wrapped = temp_path("scope_wrapped_world.json");
   std::ofstream(wrapped)
       << R"({"mesh": {"world_size": 18446744073709551615}, "fully_shard": ["a"]})";

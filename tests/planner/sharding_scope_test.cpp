@@ -153,27 +153,29 @@ TEST(ShardingScope, RejectsUnknownModulePath) {
 TEST(ShardingScope, RejectsBadMeshAndPolicy) {
   ShardedModel model = nested_model();
   EXPECT_MFSDP_ERROR(ShardingScope(model, {0, 0, 1}, {}), ExitCode::kPlanning,
-                     "world size 0 is invalid");
+                     "mesh.world_size 0 is invalid");
   EXPECT_MFSDP_ERROR(ShardingScope(model, {6, 2, 4}, {}), ExitCode::kPlanning,
-                     "replicate size 4 must be at least 1 and divide the world size 6");
+                     "mesh.replicate_size 4 must be at least 1 and divide the world size 6");
   EXPECT_MFSDP_ERROR(ShardingScope(model, {int64_t{1} << 62, int64_t{1} << 62, 1}, {}),
                      ExitCode::kPlanning,
-                     "world size 4611686018427387904 is invalid; it must be from 1 to 2147483647");
+                     "mesh.world_size 4611686018427387904 is invalid; it must be from 1 to "
+                     "2147483647");
   // (2^62 + 1) × 4 wraps to 4 in 64 bits: the world size, had it not been checked.
   EXPECT_MFSDP_ERROR(ShardingScope(model, {4, (int64_t{1} << 62) + 1, 4}, {}), ExitCode::kPlanning,
-                     "mesh shard size 4611686018427387905 × replicate size 4 is not the world "
-                     "size 4");
+                     "mesh.world_size 4 is not shard_size 4611686018427387905 × "
+                     "replicate_size 4");
   schema::Policy policy;
   policy.align_bytes = 24;
   EXPECT_MFSDP_ERROR(ShardingScope(model, mesh_of(2), policy), ExitCode::kPlanning,
-                     "not a power of two");
+                     "policy.align_bytes 24 is not a power of two");
   policy.align_bytes = int64_t{1} << 31;
   EXPECT_MFSDP_ERROR(ShardingScope(model, mesh_of(2), policy), ExitCode::kPlanning,
-                     "alignment 2147483648 bytes is more than 1073741824 (1 GiB), the largest");
+                     "policy.align_bytes 2147483648 is too large; it must be a power of two from "
+                     "1 to 1073741824 (1 GiB)");
   policy = {};
   policy.param_dtype = "int8";
   EXPECT_MFSDP_ERROR(ShardingScope(model, mesh_of(2), policy), ExitCode::kPlanning,
-                     "param dtype 'int8' is not a floating dtype");
+                     "policy.param_dtype 'int8' is not a floating dtype");
 }
 
 TEST(ShardingScope, RootsAreOutermostUnitsInRegistrationOrder) {

@@ -36,50 +36,56 @@ TEST(PlanCheck, RejectsMeshWhoseSizesDoNotMultiply) {
 TEST(PlanCheck, RejectsMeshSizeBelowOne) {
   Plan plan = sample_plan();
   plan.mesh.world_size = 0;
-  EXPECT_EQ(check(plan), Lines{"mesh.world_size: must be >= 1, got 0"});
+  EXPECT_EQ(check(plan),
+            Lines{"mesh.world_size: 0 is invalid; it must be from 1 to 2147483647 (ranks "
+                  "are 32-bit ints in Gloo and NCCL)"});
 }
 
 TEST(PlanCheck, RejectsParamDtypeThatIsNotFloating) {
   Plan plan = sample_plan();
   plan.policy.param_dtype = "int8";
-  EXPECT_EQ(check(plan), Lines{"policy.param_dtype: 'int8' is not a floating dtype; expected "
-                               "float32, float64, float16 or bfloat16"});
+  EXPECT_EQ(check(plan), Lines{"policy.param_dtype: 'int8' is not a floating dtype; use float32, "
+                               "bfloat16, float16 or float64"});
 }
 
 TEST(PlanCheck, RejectsUnknownParamDtype) {
   Plan plan = sample_plan();
   plan.policy.param_dtype = "bf16";
-  EXPECT_EQ(check(plan), Lines{"policy.param_dtype: unknown dtype 'bf16'; expected float32, "
-                               "float64, float16 or bfloat16"});
+  EXPECT_EQ(check(plan),
+            Lines{"policy.param_dtype: 'bf16' is not a dtype mfsdp knows; use float32, "
+                  "bfloat16, float16 or float64"});
 }
 
 TEST(PlanCheck, RejectsReduceDtypeThatIsNotFloating) {
   Plan plan = sample_plan();
   plan.policy.reduce_dtype = "int32";
-  EXPECT_EQ(check(plan), Lines{"policy.reduce_dtype: 'int32' is not a floating dtype; expected "
-                               "float32, float64, float16 or bfloat16"});
+  EXPECT_EQ(check(plan), Lines{"policy.reduce_dtype: 'int32' is not a floating dtype; use float32, "
+                               "bfloat16, float16 or float64"});
 }
 
 TEST(PlanCheck, RejectsNegativePrefetch) {
   Plan plan = sample_plan();
   plan.policy.forward_prefetch = -1;
   plan.policy.backward_prefetch = -2;
-  EXPECT_EQ(check(plan), (Lines{"policy.forward_prefetch: must be >= 0, got -1",
-                                "policy.backward_prefetch: must be >= 0, got -2"}));
+  EXPECT_EQ(check(plan),
+            (Lines{"policy.forward_prefetch: -1 is invalid; it must be 0 (no prefetch) or more",
+                   "policy.backward_prefetch: -2 is invalid; it must be 0 (no prefetch) or more"}));
 }
 
 TEST(PlanCheck, RejectsNegativeResidentBudget) {
   Plan plan = sample_plan();
   plan.policy.resident_budget_bytes = -1;
-  EXPECT_EQ(check(plan), Lines{"policy.resident_budget_bytes: must be >= 0, got -1"});
+  EXPECT_EQ(check(plan),
+            Lines{"policy.resident_budget_bytes: -1 is invalid; it must be 0 (no cap) or a "
+                  "byte count"});
 }
 
 TEST(PlanCheck, RejectsAlignmentThatIsNotAPowerOfTwo) {
   Plan plan = sample_plan();
   plan.policy.align_bytes = 12;
-  EXPECT_EQ(check(plan), Lines{"policy.align_bytes: must be a power of two >= 1, got 12"});
+  EXPECT_EQ(check(plan), Lines{"policy.align_bytes: 12 is not a power of two (e.g. 16 or 256)"});
   plan.policy.align_bytes = 0;
-  EXPECT_EQ(check(plan), Lines{"policy.align_bytes: must be a power of two >= 1, got 0"});
+  EXPECT_EQ(check(plan), Lines{"policy.align_bytes: 0 is not a power of two (e.g. 16 or 256)"});
 }
 
 TEST(PlanCheck, RejectsSeparateStreamsWhenPolicyAsksForOne) {

@@ -6,9 +6,11 @@ if(NOT MFSDP_CUDA_ENABLED)
 endif()
 
 add_library(mfsdp_executor_cuda STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/comm/nccl_bootstrap.cpp
   ${CMAKE_CURRENT_LIST_DIR}/comm/nccl_communicator.cpp
   ${CMAKE_CURRENT_LIST_DIR}/comm/nccl_dtype.cpp
   ${CMAKE_CURRENT_LIST_DIR}/comm/nccl_error.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/comm/nccl_watchdog.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_device.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_error.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_event_pool.cpp

@@ -1,7 +1,8 @@
 #pragma once
-// The files of one checkpoint directory, shared by save/load (checkpoint.cpp) and export
-// (export.cpp): manifest.json (written last), plan.json (the plan, byte for byte as
-// schema::dump_plan writes it) and one rank-NNNNN.pt per rank. Described in docs/checkpoints.md.
+// The files of one checkpoint directory, shared by saving (checkpoint.cpp), loading
+// (checkpoint_load.cpp) and export (export.cpp): manifest.json (written last), plan.json (the plan,
+// byte for byte as schema::dump_plan writes it) and one rank-NNNNN.pt per rank. Described in
+// docs/checkpoints.md.
 
 #include <cstdint>
 #include <string>

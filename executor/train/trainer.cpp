@@ -1,14 +1,12 @@
+// train() (trainer.h): the training loop on one rank, from the context to the summary. The
+// config's checks, the progress lines, metrics and --resume are in files of their own.
 #include "executor/train/trainer.h"
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <iomanip>
-#include <iostream>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -19,6 +17,9 @@
 #include "executor/train/first_batch.h"
 #include "executor/train/loss.h"
 #include "executor/train/memory_report.h"
+#include "executor/train/metrics_file.h"
+#include "executor/train/progress.h"
+#include "executor/train/resume.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
 
@@ -37,18 +38,6 @@ std::string mib(int64_t bytes) {
   return s.str();
 }
 
-std::string duration_text(double seconds) {
-  const int64_t s = static_cast<int64_t>(std::llround(seconds));
-  std::ostringstream out;
-  if (s >= 3600)
-    out << s / 3600 << "h" << std::setw(2) << std::setfill('0') << s % 3600 / 60 << "m";
-  else if (s >= 60)
-    out << s / 60 << "m" << std::setw(2) << std::setfill('0') << s % 60 << "s";
-  else
-    out << s << "s";
-  return out.str();
-}
-
 // The first nn.Embedding's vocabulary: token ids at or above it would index out of range.
 std::optional<int64_t> embedding_rows(const torch::jit::Module& model) {
   for (const auto& m : model.named_modules()) {
@@ -58,72 +47,6 @@ std::optional<int64_t> embedding_rows(const torch::jit::Module& model) {
   }
   return std::nullopt;
 }
-
-// Each rank appends whole lines with one write(2) on an O_APPEND file, so lines of different
-// ranks never interleave (on a local filesystem).
-class MetricsFile {
- public:
-  MetricsFile(const std::string& path, bool truncate) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0), 0644);
-    if (fd_ < 0) {
-      fail(ExitCode::kIo, "cannot open --metrics file " + path + " (" + std::strerror(errno) +
-                              "); check that its directory exists and is writable");
-    }
-    path_ = path;
-  }
-  ~MetricsFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  void write(const nlohmann::json& record) {
-    const std::string line = record.dump() + "\n";
-    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-      fail(ExitCode::kIo,
-           "cannot write --metrics file " + path_ + " (" + std::strerror(errno) + ")");
-    }
-  }
-
- private:
-  int fd_ = -1;
-  std::string path_;
-};
-
-struct StepRecord {
-  double local_loss = 0;
-  double loss = 0;
-  double ms = 0;
-  double exposed_ms = 0;
-  std::optional<double> grad_norm;
-};
-
-class Progress {
- public:
-  Progress(const TrainConfig& config, std::ostream& out, int64_t samples_per_step)
-      : config_(config), out_(out), samples_(samples_per_step) {}
-
-  void step(int64_t step, double lr, const StepRecord& r, double mean_ms) {
-    const int64_t done = step + 1;
-    std::ostringstream line;
-    line << "step " << std::setw(digits()) << done << "/" << config_.steps << "  loss "
-         << std::fixed << std::setprecision(4) << r.loss << "  lr " << std::scientific
-         << std::setprecision(2) << lr << std::fixed << std::setprecision(1) << "  " << r.ms
-         << " ms/step  " << std::setprecision(0) << samples_ / (mean_ms / 1000.0) << " samples/s";
-    if (r.grad_norm) line << "  grad norm " << std::setprecision(3) << *r.grad_norm;
-    line << "  ETA " << duration_text((config_.steps - done) * mean_ms / 1000.0);
-    const bool logged =
-        done % std::max<int64_t>(config_.log_every, 1) == 0 || done == config_.steps || done == 1;
-    if (logged) {
-      out_ << (config_.live_progress ? "\r\033[K" : "") << line.str() << std::endl;
-    } else if (config_.live_progress) {
-      out_ << "\r\033[K" << line.str() << '\r' << std::flush;
-    }
-  }
-
- private:
-  int digits() const { return static_cast<int>(std::to_string(config_.steps).size()); }
-  const TrainConfig& config_;
-  std::ostream& out_;
-  int64_t samples_;
-};
 
 // The model file with the trained values: parameters by name (tied names share one tensor in
 // the file because they share one in the module), buffers from this rank's model.
@@ -142,101 +65,7 @@ void write_trained_model(const std::string& model_path, torch::jit::Module& trai
   schema::write_file_atomically(out, bytes.str());
 }
 
-// --resume: the step of the newest complete checkpoint under --checkpoint-dir, loaded into
-// the context and optimizer (0 when there is none yet). Newer damaged checkpoints are passed
-// over with a warning, never silently; a directory with only damaged ones is an error.
-int64_t resume(const TrainConfig& config, Context& context, ShardedOptimizer& optimizer, bool lead,
-               std::ostream& out) {
-  const LatestCheckpoint found = find_latest_checkpoint(config.checkpoint_dir);
-  if (!found.path && !found.passed_over.empty()) {
-    // Starting over would save new steps beside the damaged ones: refuse, say what is there.
-    fail(ExitCode::kUsage, "--resume: " + config.checkpoint_dir +
-                               " holds no complete checkpoint, only " + found.passed_over.front() +
-                               "; repair or remove it, or run without --resume to start at "
-                               "step 0");
-  }
-  if (lead) {
-    for (const std::string& skipped : found.passed_over) {
-      std::cerr << "mfsdp: warning: --resume passes over " << skipped
-                << ", which is not a complete checkpoint; resuming from the newest complete "
-                   "one, "
-                << *found.path << std::endl;
-    }
-  }
-  if (found.path) {
-    const int64_t step = load_checkpoint(context, optimizer, *found.path).step;
-    if (lead) out << "resumed from " << *found.path << " (step " << step << ")" << std::endl;
-    return step;
-  }
-  if (lead) {
-    out << "no checkpoint under " << config.checkpoint_dir << " yet; starting at step 0"
-        << std::endl;
-  }
-  return 0;
-}
-
 }  // namespace
-
-nlohmann::json TrainConfig::describe() const {
-  nlohmann::json j = {{"loss", loss},
-                      {"steps", steps},
-                      {"global_batch", data.global_batch},
-                      {"microbatches", data.microbatches},
-                      {"data", data.kind == "synthetic" ? "synthetic" : data.path},
-                      {"data_kind", data.kind},
-                      {"seq_len", data.seq_len},
-                      {"seed", data.seed},
-                      {"optimizer", optimizer.kind},
-                      {"lr", optimizer.lr},
-                      {"weight_decay", optimizer.weight_decay},
-                      {"momentum", optimizer.momentum},
-                      {"betas", {optimizer.beta1, optimizer.beta2}},
-                      {"warmup", warmup_steps},
-                      {"lr_schedule", lr_schedule}};
-  if (clip_grad_norm) j["clip_grad_norm"] = *clip_grad_norm;
-  return j;
-}
-
-void check_train_config(const TrainConfig& config, int world_size) {
-  if (config.steps <= 0) {
-    fail(ExitCode::kUsage, "--steps must be positive, got " + std::to_string(config.steps));
-  }
-  split_batch(config.data.global_batch, world_size, config.data.microbatches);
-  if (config.optimizer.lr <= 0 || !std::isfinite(config.optimizer.lr)) {
-    fail(ExitCode::kUsage, "--lr must be a positive number");
-  }
-  if (config.warmup_steps < 0) fail(ExitCode::kUsage, "--warmup must be 0 or more steps");
-  if (config.lr_schedule != "constant" && config.lr_schedule != "cosine") {
-    fail(ExitCode::kUsage,
-         "--lr-schedule must be constant or cosine, got '" + config.lr_schedule + "'");
-  }
-  if (config.clip_grad_norm && !(*config.clip_grad_norm > 0)) {
-    fail(ExitCode::kUsage, "--clip-grad-norm must be positive");
-  }
-  if (config.checkpoint_every < 0) {
-    fail(ExitCode::kUsage, "--checkpoint-every must be 0 or more steps");
-  }
-  if (config.keep_checkpoints < 0) {
-    fail(ExitCode::kUsage, "--keep-checkpoints must be 0 (keep all) or more, got " +
-                               std::to_string(config.keep_checkpoints));
-  }
-  if ((config.checkpoint_every > 0 || config.resume) && config.checkpoint_dir.empty()) {
-    fail(ExitCode::kUsage, std::string(config.resume ? "--resume" : "--checkpoint-every") +
-                               " needs --checkpoint-dir");
-  }
-  if (config.trace_steps <= 0) fail(ExitCode::kUsage, "--trace-steps must be positive");
-  make_optimizer({torch::zeros({1}, torch::requires_grad())}, config.optimizer);
-}
-
-double learning_rate(const TrainConfig& config, int64_t step) {
-  const double lr = config.optimizer.lr;
-  if (step < config.warmup_steps) return lr * static_cast<double>(step + 1) / config.warmup_steps;
-  if (config.lr_schedule == "constant") return lr;
-  const int64_t span = std::max<int64_t>(config.steps - config.warmup_steps - 1, 1);
-  const double progress = std::min(1.0, static_cast<double>(step - config.warmup_steps) / span);
-  const double floor = 0.1 * lr;
-  return floor + 0.5 * (lr - floor) * (1 + std::cos(M_PI * progress));
-}
 
 void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   check_train_config(config, env.world_size);

@@ -1,0 +1,46 @@
+#include "executor/launch/log_files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "schema/error.h"
+
+namespace mfsdp::launch {
+
+LogFiles::~LogFiles() {
+  for (const int fd : fds_) close(fd);
+}
+
+std::string LogFiles::path(const std::string& dir, int rank) {
+  return (std::filesystem::path(dir) / ("rank-" + std::to_string(rank) + ".log")).string();
+}
+
+void LogFiles::open_all(const std::string& dir, int first_rank, int count) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    fail(ExitCode::kIo, "--log-dir " + dir + ": cannot create it (" + error.message() +
+                            "); give a writable directory");
+  }
+  for (int rank = first_rank; rank < first_rank + count; ++rank) {
+    const std::string file = path(dir, rank);
+    // Never through a link someone planted there: it would truncate whatever it points at.
+    const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 && errno == ELOOP) {
+      fail(ExitCode::kIo, "--log-dir " + dir + ": " + file +
+                              " is a symbolic link, and logs are not written through links; "
+                              "remove it or give another directory");
+    }
+    if (fd < 0) {
+      fail(ExitCode::kIo, "--log-dir " + dir + ": cannot write " + file + " (" +
+                              std::strerror(errno) + "); give a writable directory");
+    }
+    fds_.push_back(fd);
+  }
+}
+
+}  // namespace mfsdp::launch

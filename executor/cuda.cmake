@@ -42,8 +42,9 @@ else()
   find_path(_mfsdp_c10_cuda_headers c10/cuda/CUDAStream.h HINTS ${TORCH_INCLUDE_DIRS})
   if(_mfsdp_c10_cuda_headers)
     set(_mfsdp_shim ${CMAKE_CURRENT_BINARY_DIR}/c10_cuda_shim)
-    file(WRITE ${_mfsdp_shim}/c10/cuda/impl/cuda_cmake_macros.h
-         "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    # CONFIGURE leaves an unchanged file alone, so re-configuring rebuilds nothing.
+    file(CONFIGURE OUTPUT ${_mfsdp_shim}/c10/cuda/impl/cuda_cmake_macros.h
+         CONTENT "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
     add_library(mfsdp_torch_cuda_compile_check OBJECT
       ${CMAKE_CURRENT_LIST_DIR}/runtime/torch_cuda_stream.cpp)
     target_include_directories(mfsdp_torch_cuda_compile_check PRIVATE ${PROJECT_SOURCE_DIR})

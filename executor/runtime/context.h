@@ -135,6 +135,7 @@ class Context {
   struct Impl;
 
  private:
+  friend struct Impl;  // builds the context once create()'s steps have run
   explicit Context(std::unique_ptr<Impl> impl);
   // After any failure the context refuses further work with the first error, rather than
   // continuing from a half-finished microbatch.

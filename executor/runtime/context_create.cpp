@@ -87,9 +87,11 @@ void meet_ranks(Impl& impl, const LaunchEnv& env) {
 
 // 4. The device the ranks agree on, its streams, communicators and the plan's static slots
 // (unsharded parameters live only in them), in the same order on every rank.
-void create_runtime(Impl& impl, const std::string& plan_path, const LaunchEnv& env) {
-  impl.runtime = make_runtime(impl.plan, env, *impl.rendezvous,
-                              {impl.options.device, impl.options.collective_timeout, plan_path});
+void create_runtime(Impl& impl, const std::string& plan_path, const LaunchEnv& env,
+                    const RuntimeFactory& make) {
+  impl.runtime =
+      make(impl.plan, env, *impl.rendezvous,
+           RuntimeOptions{impl.options.device, impl.options.collective_timeout, plan_path});
   Runtime& runtime = *impl.runtime;
   impl.device = runtime.device();
   impl.ag_stream = &runtime.stream(StreamRole::kAllGather);
@@ -151,19 +153,25 @@ void instrument(Impl& impl) {
 
 }  // namespace
 
-std::unique_ptr<Context> Context::create(const std::string& plan_path,
-                                         const std::string& model_path, const LaunchEnv& env,
-                                         ContextOptions options) {
+std::unique_ptr<Context> create_context(const std::string& plan_path, const std::string& model_path,
+                                        const LaunchEnv& env, ContextOptions options,
+                                        const RuntimeFactory& make) {
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   load_and_check_plan(*impl, plan_path, env);
   load_and_check_model(*impl, plan_path, model_path);
   meet_ranks(*impl, env);
-  create_runtime(*impl, plan_path, env);
+  create_runtime(*impl, plan_path, env, make);
   shard_parameters(*impl);
   instrument(*impl);
   impl->setup_peak_rss = host_memory::peak_rss_bytes();
-  return std::unique_ptr<Context>(new Context(std::move(impl)));
+  return Impl::wrap(std::move(impl));
+}
+
+std::unique_ptr<Context> Context::create(const std::string& plan_path,
+                                         const std::string& model_path, const LaunchEnv& env,
+                                         ContextOptions options) {
+  return create_context(plan_path, model_path, env, std::move(options), make_runtime);
 }
 
 }  // namespace mfsdp::executor

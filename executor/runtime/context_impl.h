@@ -7,6 +7,7 @@
 //   context_gradients.cpp  gradient operations (sync, zero, clip), full parameters, stats
 
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +29,17 @@
 #include "schema/plan.h"
 
 namespace mfsdp::executor {
+
+// How Context::create makes the runtime: make_runtime(), or a fake one in tests.
+using RuntimeFactory = std::function<std::unique_ptr<Runtime>(const schema::Plan&, const LaunchEnv&,
+                                                              Rendezvous&, const RuntimeOptions&)>;
+
+// Context::create with the runtime `make` returns instead of make_runtime()'s: every other
+// step is the same. tests/executor/runtime/context_test.cpp drives a context through a
+// recording runtime this way, in one process.
+std::unique_ptr<Context> create_context(const std::string& plan_path, const std::string& model_path,
+                                        const LaunchEnv& env, ContextOptions options,
+                                        const RuntimeFactory& make);
 
 // After a failure: Error with the first error's code, "this context failed earlier and cannot
 // continue: <its message>".
@@ -90,6 +102,11 @@ struct Context::Impl : planner::UnitHooks {
   int64_t activation_peak_cached = 0;  // the allocator's reuse cache at that moment
 
   ~Impl() override;
+
+  // The context over this state, once create()'s steps have filled it.
+  static std::unique_ptr<Context> wrap(std::unique_ptr<Impl> impl) {
+    return std::unique_ptr<Context>(new Context(std::move(impl)));
+  }
 
   at::TensorOptions on_device(at::ScalarType dtype) const {
     return at::TensorOptions().dtype(dtype).device(device);

@@ -23,7 +23,7 @@ message(STATUS "mfsdp: LibTorch ${Torch_VERSION} from ${TORCH_INSTALL_PREFIX}")
 # The system libgloo comes first: a torch wheel's libtorch_cpu.so exports a bundled Gloo of
 # another version, and the dynamic linker binds each gloo:: symbol to the first library on
 # the link line that defines it. mfsdp compiles against the system Gloo headers, so its
-# calls must reach the system library (tests/executor/gloo_binding_test.cpp checks this).
+# calls must reach the system library (tests/executor/comm/gloo_binding_test.cpp checks this).
 # A CUDA build of LibTorch (the PyPI wheel) also brings libtorch_cuda, CUDA and NCCL through
 # `torch`; without mfsdp's CUDA backend only its CPU half is linked, so that the programs do
 # not load /usr/local/cuda's CUDA and NCCL, other versions than the wheel's own.

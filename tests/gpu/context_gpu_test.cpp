@@ -1,6 +1,6 @@
 // The context on the GPU runtime (cuda_runtime.h): how the device is chosen, and training on
 // one GPU by a plan against plain single-GPU LibTorch training of the same model on the same
-// batches (tests/executor/reference_training.h, which shares no mfsdp runtime code).
+// batches (tests/executor/parity/reference_training.h, which shares no mfsdp runtime code).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -20,8 +20,8 @@
 #include "planner/sharding_scope.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
-#include "tests/executor/parity_config.h"
-#include "tests/executor/reference_training.h"
+#include "tests/executor/parity/parity_config.h"
+#include "tests/executor/parity/reference_training.h"
 #include "text_match.h"
 
 namespace mfsdp::executor {

@@ -1,4 +1,4 @@
-#include "tests/launch/launcher_process.h"
+#include "tests/executor/launch/launcher_process.h"
 
 #include <poll.h>
 #include <signal.h>

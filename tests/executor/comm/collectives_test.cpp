@@ -13,7 +13,7 @@
 #include "executor/comm/rendezvous.h"
 #include "executor/runtime/cpu_stream.h"
 #include "schema/error.h"
-#include "tests/executor/rank_processes.h"
+#include "tests/executor/parity/rank_processes.h"
 
 namespace mfsdp::executor {
 namespace {

@@ -14,8 +14,8 @@
 #include "executor/train/checkpoint_format.h"
 #include "schema/digest.h"
 #include "schema/error.h"
-#include "tests/executor/parity_config.h"
-#include "tests/train_ckpt/checkpoint_runs.h"
+#include "tests/executor/parity/parity_config.h"
+#include "tests/executor/train/checkpoint_runs.h"
 
 namespace mfsdp::testing {
 namespace {

@@ -13,9 +13,9 @@
 #include "executor/comm/rendezvous.h"
 #include "planner/sharding_scope.h"
 #include "schema/plan_json.h"
-#include "tests/executor/parity_config.h"
-#include "tests/executor/rank_processes.h"
-#include "tests/executor/reference_training.h"
+#include "tests/executor/parity/parity_config.h"
+#include "tests/executor/parity/rank_processes.h"
+#include "tests/executor/parity/reference_training.h"
 
 namespace mfsdp::testing {
 namespace {

@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "schema/error.h"
-#include "tests/train/error_of.h"
+#include "tests/executor/train/error_of.h"
 
 namespace mfsdp::executor {
 namespace {

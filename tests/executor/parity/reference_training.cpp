@@ -1,4 +1,4 @@
-#include "tests/executor/reference_training.h"
+#include "tests/executor/parity/reference_training.h"
 
 #include <set>
 #include <sstream>
@@ -7,7 +7,7 @@
 
 #include <torch/script.h>
 
-#include "tests/executor/parity_config.h"
+#include "tests/executor/parity/parity_config.h"
 
 namespace mfsdp::testing {
 namespace {

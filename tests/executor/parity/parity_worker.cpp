@@ -18,8 +18,8 @@
 #include "executor/runtime/context.h"
 #include "executor/train/sharded_optimizer.h"
 #include "schema/error.h"
-#include "tests/executor/parity_config.h"
-#include "tests/executor/training_task.h"
+#include "tests/executor/parity/parity_config.h"
+#include "tests/executor/parity/training_task.h"
 
 using namespace mfsdp;
 

@@ -10,7 +10,7 @@
 #include "executor/train/export.h"
 #include "schema/error.h"
 #include "tests/cli/cli_test_support.h"
-#include "tests/train_ckpt/checkpoint_runs.h"
+#include "tests/executor/train/checkpoint_runs.h"
 
 namespace mfsdp::testing {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <torch/torch.h>
 
-#include "tests/executor/training_task.h"
+#include "tests/executor/parity/training_task.h"
 
 namespace mfsdp::testing {
 

@@ -11,7 +11,7 @@
 #include <torch/version.h>
 
 #include "schema/error.h"
-#include "tests/train/error_of.h"
+#include "tests/executor/train/error_of.h"
 
 namespace mfsdp::executor {
 namespace {

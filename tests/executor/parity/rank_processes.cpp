@@ -1,4 +1,4 @@
-#include "tests/executor/rank_processes.h"
+#include "tests/executor/parity/rank_processes.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 
-#include "tests/executor/rank_processes.h"
+#include "tests/executor/parity/rank_processes.h"
 
 namespace mfsdp::testing {
 

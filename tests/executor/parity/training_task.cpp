@@ -1,4 +1,4 @@
-#include "tests/executor/training_task.h"
+#include "tests/executor/parity/training_task.h"
 
 #include <stdexcept>
 

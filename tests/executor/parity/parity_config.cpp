@@ -1,4 +1,4 @@
-#include "tests/executor/parity_config.h"
+#include "tests/executor/parity/parity_config.h"
 
 #include <fstream>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "tests/train_ckpt/checkpoint_runs.h"
+#include "tests/executor/train/checkpoint_runs.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include "executor/comm/rendezvous.h"
 #include "planner/sharding_scope.h"
 #include "schema/plan_json.h"
-#include "tests/executor/parity_config.h"
+#include "tests/executor/parity/parity_config.h"
 
 namespace mfsdp::testing {
 

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "schema/error.h"
-#include "tests/launch/launcher_process.h"
+#include "tests/executor/launch/launcher_process.h"
 
 namespace mfsdp::launch {
 namespace {

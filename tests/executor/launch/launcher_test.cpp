@@ -19,7 +19,7 @@
 
 #include "executor/launch/launcher.h"
 #include "schema/error.h"
-#include "tests/launch/launcher_process.h"
+#include "tests/executor/launch/launcher_process.h"
 
 namespace mfsdp::testing {
 namespace {

@@ -17,7 +17,7 @@
 #include "executor/train/sharded_optimizer.h"
 #include "planner/sharding_scope.h"
 #include "schema/plan_json.h"
-#include "tests/executor/training_task.h"
+#include "tests/executor/parity/training_task.h"
 #include "tests/gpu/one_rank_world.h"
 #include "tests/planner/ir_builder.h"
 

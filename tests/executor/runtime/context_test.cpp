@@ -1,0 +1,218 @@
+// The context against a recording runtime (recording_runtime.h), in one process: which
+// collectives it issues for a plan, in which order, what it waits for, and how it fails. The
+// multi-process suites (parity, executor_failure_test) check the same context over Gloo.
+#include "executor/runtime/context.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "executor/comm/rendezvous.h"
+#include "executor/runtime/context_impl.h"
+#include "planner/sharding_scope.h"
+#include "schema/plan_json.h"
+#include "tests/executor/runtime/recording_runtime.h"
+
+namespace mfsdp::executor {
+namespace {
+
+using testing::RuntimeRecord;
+using Names = std::vector<std::string>;
+
+std::string fixture(const std::string& name) {
+  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + name;
+}
+
+// tied_lm (two transformer layers, tied embedding and head) for one rank.
+std::string one_rank_plan(schema::Policy policy = {}) {
+  const std::string dir = ::testing::TempDir() + "/context_test_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  planner::ShardedModel model = planner::ShardedModel::load(fixture("tied_lm.pt"));
+  planner::ShardingScope scope(model, {1, 1, 1}, std::move(policy));
+  for (const char* unit : {"layers.0", "layers.1", "<root>"}) scope.fully_shard(unit);
+  const std::string path = dir + "/plan.json";
+  schema::write_file_atomically(path, schema::dump_plan(scope.finalize()));
+  return path;
+}
+
+// A rank of a world of one, meeting itself through a store this process hosts.
+struct OneRank {
+  StoreHost host{0};
+  LaunchEnv env = [this] {
+    LaunchEnv e;
+    e.master_port = host.port();
+    e.agent_store = true;
+    e.secret = host.secret();
+    return e;
+  }();
+  std::shared_ptr<RuntimeRecord> record = std::make_shared<RuntimeRecord>();
+
+  std::unique_ptr<Context> create(const std::string& plan) {
+    return create_context(plan, fixture("tied_lm.pt"), env, {},
+                          [record = record](const schema::Plan& p, const LaunchEnv&, Rendezvous&,
+                                            const RuntimeOptions&) {
+                            return testing::make_recording_runtime(p, record);
+                          });
+  }
+};
+
+at::Tensor tokens() {
+  return at::arange(2 * 8, at::kLong).reshape({2, 8}) % 256;
+}
+
+void train_step(Context& ctx) {
+  ctx.microbatch(true);
+  const at::Tensor logits = ctx.forward({tokens()}).toTensor();
+  ctx.backward(logits.pow(2).mean());
+}
+
+// The all-gathers the plan's schedule lists, entry by entry, one per group of each unit.
+Names planned_gathers(const schema::Plan& plan, const std::string& phase) {
+  Names out;
+  for (const schema::ScheduleEntry& entry : plan.schedule) {
+    if (entry.phase != phase) continue;
+    for (const std::string& name : entry.all_gather) {
+      for (const schema::Unit& unit : plan.units) {
+        if (unit.name != name) continue;
+        for (size_t g = 0; g < unit.groups.size(); ++g) {
+          out.push_back("all-gather of " + name + " group " + std::to_string(g));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+Names concat(Names a, const Names& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::string error_of(const std::function<void()>& f, ExitCode expected) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), expected) << e.what();
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Context, AStepGathersWhatThePlansScheduleListsInItsOrder) {
+  OneRank rank;
+  const std::string plan_path = one_rank_plan();
+  auto ctx = rank.create(plan_path);
+  const schema::Plan& plan = ctx->plan();
+  const Names expected =
+      concat(planned_gathers(plan, "forward"), planned_gathers(plan, "backward"));
+  ASSERT_FALSE(expected.empty());
+  train_step(*ctx);
+  EXPECT_EQ(rank.record->of("all_gather"), expected);
+  // The next step does the same again: nothing is left over from the first.
+  rank.record->calls.clear();
+  train_step(*ctx);
+  EXPECT_EQ(rank.record->of("all_gather"), expected);
+}
+
+TEST(Context, ComputeWaitsForEveryGatherBeforeTheUnitIsGatheredAgain) {
+  OneRank rank;
+  auto ctx = rank.create(one_rank_plan());
+  train_step(*ctx);
+  for (const schema::Unit& unit : ctx->plan().units) {
+    std::string sequence;
+    for (const std::string& call : rank.record->calls) {
+      if (call.rfind("all_gather all-gather of " + unit.name + " group 0", 0) == 0) sequence += "G";
+      if (call == "wait all-gather of " + unit.name) sequence += "W";
+    }
+    ASSERT_FALSE(sequence.empty()) << unit.name;
+    for (size_t i = 0; i < sequence.size(); ++i) {
+      EXPECT_EQ(sequence[i], i % 2 == 0 ? 'G' : 'W') << unit.name << ": " << sequence;
+    }
+    EXPECT_EQ(sequence.back(), 'W') << unit.name << ": " << sequence;
+  }
+}
+
+TEST(Context, EachGroupIsReduceScatteredOnceInThePlansOrderAndBackwardWaitsForThem) {
+  OneRank rank;
+  auto ctx = rank.create(one_rank_plan());
+  train_step(*ctx);
+  const schema::Plan& plan = ctx->plan();
+  Names expected;
+  for (const schema::ScheduleEntry& entry : plan.schedule) {
+    for (const std::string& name : entry.reduce_scatter) {
+      for (const schema::Unit& unit : plan.units) {
+        if (unit.name != name) continue;
+        for (size_t g = 0; g < unit.groups.size(); ++g) {
+          expected.push_back("reduce-scatter of " + name + " group " + std::to_string(g));
+        }
+      }
+    }
+  }
+  Names whole;  // a tied weight's early part is extra, named as such
+  for (const std::string& what : rank.record->of("reduce_scatter")) {
+    if (what.find("(early") == std::string::npos) whole.push_back(what);
+  }
+  EXPECT_EQ(whole, expected);
+  ASSERT_FALSE(rank.record->calls.empty());
+  EXPECT_EQ(rank.record->calls.back(), "wait reduce-scatters");
+}
+
+TEST(Context, GradientsReachTheMainGradientsThroughTheRuntime) {
+  OneRank rank;
+  auto ctx = rank.create(one_rank_plan());
+  train_step(*ctx);
+  ctx->sync_gradients();
+  double norm = 0;
+  for (const at::Tensor& shard : ctx->sharded_parameters()) {
+    ASSERT_TRUE(shard.grad().defined());
+    norm += shard.grad().pow(2).sum().item<double>();
+  }
+  EXPECT_GT(norm, 0);
+  ctx->zero_grad();
+  for (const at::Tensor& shard : ctx->sharded_parameters()) {
+    EXPECT_EQ(shard.grad().abs().sum().item<double>(), 0);
+  }
+}
+
+TEST(Context, EvaluateGathersInForwardOrderReducesNothingAndTrainingGoesOn) {
+  OneRank rank;
+  auto ctx = rank.create(one_rank_plan());
+  ctx->evaluate({tokens()});
+  const schema::Plan& plan = ctx->plan();
+  EXPECT_EQ(rank.record->of("all_gather"), planned_gathers(plan, "forward"));
+  EXPECT_TRUE(rank.record->of("reduce_scatter").empty());
+  rank.record->calls.clear();
+  train_step(*ctx);
+  EXPECT_EQ(rank.record->of("all_gather"),
+            concat(planned_gathers(plan, "forward"), planned_gathers(plan, "backward")));
+}
+
+TEST(Context, AFailedAllGatherFailsTheStepAndEveryLaterCall) {
+  OneRank rank;
+  rank.record->fail_on = "all-gather of layers.1";
+  auto ctx = rank.create(one_rank_plan());
+  const std::string first = error_of([&] { train_step(*ctx); }, ExitCode::kRuntime);
+  EXPECT_NE(first.find("all-gather of layers.1 group 0 failed: injected failure"),
+            std::string::npos)
+      << first;
+  const std::string later = error_of([&] { train_step(*ctx); }, ExitCode::kRuntime);
+  EXPECT_NE(later.find("this context failed earlier and cannot continue"), std::string::npos)
+      << later;
+  EXPECT_NE(later.find("injected failure"), std::string::npos) << later;
+}
+
+TEST(Context, ASecondForwardBeforeBackwardIsAUsageError) {
+  OneRank rank;
+  auto ctx = rank.create(one_rank_plan());
+  ctx->microbatch(true);
+  ctx->forward({tokens()});
+  const std::string message = error_of([&] { ctx->forward({tokens()}); }, ExitCode::kUsage);
+  EXPECT_NE(message.find("reached pre_forward after the plan's forward was complete"),
+            std::string::npos)
+      << message;
+}
+
+}  // namespace
+}  // namespace mfsdp::executor

@@ -16,12 +16,12 @@
 #include "executor/runtime/cuda_runtime.h"
 #include "executor/train/sharded_optimizer.h"
 #include "gpu_required.h"
-#include "one_rank_world.h"
 #include "planner/sharding_scope.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
 #include "tests/executor/parity/parity_config.h"
 #include "tests/executor/parity/reference_training.h"
+#include "tests/executor/runtime/one_rank_world.h"
 #include "text_match.h"
 
 namespace mfsdp::executor {

@@ -11,7 +11,7 @@
 #include "executor/runtime/timeline.h"
 #include "gpu_gate.h"
 #include "gpu_required.h"
-#include "one_rank_world.h"
+#include "tests/executor/runtime/one_rank_world.h"
 #include "text_match.h"
 
 namespace mfsdp::executor {

@@ -9,11 +9,12 @@
 
 #include <gtest/gtest.h>
 
-#include "executor/comm/rendezvous.h"
 #include "executor/runtime/context_impl.h"
 #include "planner/sharding_scope.h"
 #include "schema/plan_json.h"
+#include "tests/executor/runtime/one_rank_world.h"
 #include "tests/executor/runtime/recording_runtime.h"
+#include "tests/executor/train/error_of.h"
 
 namespace mfsdp::executor {
 namespace {
@@ -37,20 +38,13 @@ std::string one_rank_plan(schema::Policy policy = {}) {
   return path;
 }
 
-// A rank of a world of one, meeting itself through a store this process hosts.
+// A rank of a world of one (one_rank_world.h) whose context records into `record`.
 struct OneRank {
-  StoreHost host{0};
-  LaunchEnv env = [this] {
-    LaunchEnv e;
-    e.master_port = host.port();
-    e.agent_store = true;
-    e.secret = host.secret();
-    return e;
-  }();
+  OneRankWorld world;
   std::shared_ptr<RuntimeRecord> record = std::make_shared<RuntimeRecord>();
 
   std::unique_ptr<Context> create(const std::string& plan) {
-    return create_context(plan, fixture("tied_lm.pt"), env, {},
+    return create_context(plan, fixture("tied_lm.pt"), world.env, {},
                           [record = record](const schema::Plan& p, const LaunchEnv&, Rendezvous&,
                                             const RuntimeOptions&) {
                             return testing::make_recording_runtime(p, record);
@@ -90,14 +84,11 @@ Names concat(Names a, const Names& b) {
   return a;
 }
 
-std::string error_of(const std::function<void()>& f, ExitCode expected) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), expected) << e.what();
-    return e.what();
-  }
-  return "no error";
+// The message of the mfsdp::Error `f` throws, which must carry `expected`.
+std::string message_of(const std::function<void()>& f, ExitCode expected) {
+  const Error e = mfsdp::testing::error_of(f);
+  EXPECT_EQ(e.code(), expected) << e.what();
+  return e.what();
 }
 
 TEST(Context, AStepGathersWhatThePlansScheduleListsInItsOrder) {
@@ -193,11 +184,11 @@ TEST(Context, AFailedAllGatherFailsTheStepAndEveryLaterCall) {
   OneRank rank;
   rank.record->fail_on = "all-gather of layers.1";
   auto ctx = rank.create(one_rank_plan());
-  const std::string first = error_of([&] { train_step(*ctx); }, ExitCode::kRuntime);
+  const std::string first = message_of([&] { train_step(*ctx); }, ExitCode::kRuntime);
   EXPECT_NE(first.find("all-gather of layers.1 group 0 failed: injected failure"),
             std::string::npos)
       << first;
-  const std::string later = error_of([&] { train_step(*ctx); }, ExitCode::kRuntime);
+  const std::string later = message_of([&] { train_step(*ctx); }, ExitCode::kRuntime);
   EXPECT_NE(later.find("this context failed earlier and cannot continue"), std::string::npos)
       << later;
   EXPECT_NE(later.find("injected failure"), std::string::npos) << later;
@@ -208,7 +199,7 @@ TEST(Context, ASecondForwardBeforeBackwardIsAUsageError) {
   auto ctx = rank.create(one_rank_plan());
   ctx->microbatch(true);
   ctx->forward({tokens()});
-  const std::string message = error_of([&] { ctx->forward({tokens()}); }, ExitCode::kUsage);
+  const std::string message = message_of([&] { ctx->forward({tokens()}); }, ExitCode::kUsage);
   EXPECT_NE(message.find("reached pre_forward after the plan's forward was complete"),
             std::string::npos)
       << message;

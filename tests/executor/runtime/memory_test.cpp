@@ -18,7 +18,7 @@
 #include "planner/sharding_scope.h"
 #include "schema/plan_json.h"
 #include "tests/executor/parity/training_task.h"
-#include "tests/gpu/one_rank_world.h"
+#include "tests/executor/runtime/one_rank_world.h"
 #include "tests/planner/ir_builder.h"
 
 namespace mfsdp::executor {

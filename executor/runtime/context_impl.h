@@ -23,6 +23,7 @@
 #include "executor/runtime/runtime.h"
 #include "executor/runtime/schedule_cursor.h"
 #include "executor/runtime/timeline.h"
+#include "executor/runtime/unit_runtime.h"
 #include "executor/runtime/unit_state.h"
 #include "planner/torchscript/unit_hooks.h"
 #include "schema/error.h"
@@ -44,24 +45,6 @@ std::unique_ptr<Context> create_context(const std::string& plan_path, const std:
 // After a failure: Error with the first error's code, "this context failed earlier and cannot
 // continue: <its message>".
 [[noreturn]] void rethrow_failure(const std::exception_ptr& error);
-
-// A unit at run time: its groups (shards, main gradients, slot buffers), where its
-// parameters live in the model, and where it is in the microbatch.
-struct UnitRuntime {
-  const schema::Unit* plan = nullptr;
-  int slot = -1;  // index into the plan's memory.slots; -1 without one
-  std::vector<FlatGroup> groups;
-  std::vector<GroupBinding> bindings;  // per group
-  UnitState state = UnitState::kResting;
-  ShardState shard_state = ShardState::kSharded;
-  std::shared_ptr<Event> gathered;  // the end of its last all-gather
-  bool bound = false;               // its parameters are bound into the model
-  bool bound_this_microbatch = false;
-  // Per group, this microbatch: its parameters' gradients once the group has them all.
-  std::vector<std::optional<std::vector<at::Tensor>>> grads;
-  int grads_missing = 0;
-  int64_t forward_start_us = 0, backward_start_us = 0;  // for the timeline
-};
 
 struct Context::Impl : planner::UnitHooks {
   ContextOptions options;

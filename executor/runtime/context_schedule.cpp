@@ -35,7 +35,7 @@ void Context::Impl::pre_forward(int u) {
     UnitRuntime& unit = units[u];
     transition(unit.state, UnitState::kForward, name(u));
     perform(cursor->on_event(Point::kPreForward, u));
-    if (!unit.bound) bind(u);
+    if (!unit.bound()) bind(u);
     if (timeline) unit.forward_start_us = Timeline::now_us();
   });
 }
@@ -125,52 +125,22 @@ void Context::Impl::reshard(int u) {
     for (const auto& group : unit.groups) live_bytes -= group.unsharded_bytes();
     transition(unit.shard_state, ShardState::kSharded, name(u));
   }
-  if (unit.bound) {
-    for (size_t g = 0; g < unit.groups.size(); ++g) {
-      unbind_params(unit.bindings[g], at::empty({0}, on_device(unit.groups[g].compute_dtype())));
-    }
-    unit.bound = false;
-  }
+  unit.unbind(device);
 }
 
 void Context::Impl::bind(int u) {
-  UnitRuntime& unit = units[u];
-  // A second binding would register a second gradient hook and lose one gradient; plans
-  // keep units called several times gathered between calls, so this is a bug if it fires.
-  if (unit.bound_this_microbatch) {
-    fail(ExitCode::kInternal, "unit " + name(u) + " was bound twice in one microbatch");
-  }
-  unit.bound_this_microbatch = true;
-  unit.grads.assign(unit.groups.size(), std::nullopt);
-  unit.grads_missing = 0;
-  for (size_t g = 0; g < unit.groups.size(); ++g) {
-    FlatGroup& group = unit.groups[g];
-    FlatGroup::GradientHandler handler;
-    FlatGroup::EarlyGradientHandler early;
-    if (group.trainable() && phase.now() != Phase::kEvaluating) {
-      ++unit.grads_missing;
-      handler = [this, u, g](std::vector<at::Tensor>&& grads) {
-        on_gradient(u, static_cast<int>(g), std::move(grads));
-      };
-      early = [this, u, g](size_t p, at::Tensor&& gradient) {
-        on_early_gradient(u, static_cast<int>(g), p, std::move(gradient));
-      };
-    }
-    group.bind(std::move(handler), std::move(early));
-    bind_params(unit.bindings[g], group);
-  }
-  unit.bound = true;
+  units[u].bind(
+      phase.now() != Phase::kEvaluating,
+      [this, u](int g, std::vector<at::Tensor>&& grads) { on_gradient(u, g, std::move(grads)); },
+      [this, u](int g, size_t p, at::Tensor&& gradient) {
+        on_early_gradient(u, g, p, std::move(gradient));
+      });
 }
 
 // --- Gradients ------------------------------------------------------------------------
 void Context::Impl::on_gradient(int u, int g, std::vector<at::Tensor>&& grads) {
   UnitRuntime& unit = units[u];
-  if (unit.grads[g]) {
-    fail(ExitCode::kInternal, "unit " + name(u) + " group " + std::to_string(g) +
-                                  " received its gradient twice in one backward");
-  }
-  unit.grads[g] = std::move(grads);
-  if (--unit.grads_missing > 0) return;
+  if (!unit.take_gradients(g, std::move(grads))) return;
   if (unit.state == UnitState::kBackward) transition(unit.state, UnitState::kResting, name(u));
   if (timeline && unit.backward_start_us) {
     timeline->record("compute", "backward " + name(u), unit.backward_start_us, Timeline::now_us());
@@ -184,16 +154,16 @@ void Context::Impl::issue_reduce_scatter(int u) {
     FlatGroup& group = unit.groups[g];
     if (!group.trainable()) continue;
     const std::vector<at::Tensor> none;
-    const bool arrived = g < unit.grads.size() && unit.grads[g];
+    const std::vector<at::Tensor>* arrived = unit.gradients(g);
     runtime->reduce_scatter_gradients(
-        group, arrived ? *unit.grads[g] : none,
+        group, arrived ? *arrived : none,
         "reduce-scatter of " + name(u) + " group " + std::to_string(g));
     if (is_last_microbatch && replica_comm) {
       runtime->all_reduce(CommRole::kReplicas, group.main_grad(), ReduceOp::kAvg,
                           "all-reduce across replicas of " + name(u));
     }
   }
-  unit.grads.assign(unit.groups.size(), std::nullopt);
+  unit.clear_gradients();
 }
 
 // A tied parameter's gradient from its uses so far, while more are to come (FlatGroup's
@@ -240,13 +210,7 @@ void Context::Impl::end_of_evaluation() {
 }
 
 void Context::Impl::settle_units() {
-  for (auto& unit : units) {
-    unit.state = UnitState::kResting;
-    for (auto& group : unit.groups) group.release();
-    unit.grads.clear();
-    unit.bound_this_microbatch = false;
-    unit.backward_start_us = 0;
-  }
+  for (auto& unit : units) unit.settle();
   phase.to(Phase::kIdle);
 }
 

@@ -45,8 +45,6 @@ class Communicator {
   void all_reduce(float* data, size_t count, ReduceOp op, std::string what) {
     all_reduce(data, count, "float32", op, std::move(what));
   }
-  // Copies `bytes` from rank `root`'s `data` into every other rank's `data`.
-  virtual void broadcast(void* data, size_t bytes, int root, std::string what) = 0;
 };
 
 }  // namespace mfsdp::executor

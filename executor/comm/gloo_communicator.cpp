@@ -4,7 +4,6 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
-#include <gloo/broadcast.h>
 #include <gloo/context.h>
 #include <gloo/math.h>
 
@@ -146,23 +145,6 @@ void GlooCommunicator::all_reduce(void* buffer, size_t count, const std::string&
             gloo::allreduce(options);
             if (op == ReduceOp::kAvg) divide(data, count, context->size);
           });
-}
-
-void GlooCommunicator::broadcast(void* data, size_t bytes, int root, std::string what) {
-  if (root < 0 || root >= size()) {
-    fail(ExitCode::kInternal, "rank " + std::to_string(global_rank_) + ": " + what + " on " +
-                                  name_ + ": root " + std::to_string(root) +
-                                  " is not a rank of the group (size " + std::to_string(size()) +
-                                  ")");
-  }
-  enqueue(std::move(what), bytes, [context = context_, data, bytes, root, timeout = timeout_] {
-    if (bytes == 0 || context->size == 1) return;
-    gloo::BroadcastOptions options(context);
-    options.setOutput(static_cast<uint8_t*>(data), bytes);
-    options.setRoot(root);
-    options.setTimeout(timeout);
-    gloo::broadcast(options);
-  });
 }
 
 }  // namespace mfsdp::executor

@@ -1,8 +1,8 @@
 #pragma once
 // Collectives over a connected Gloo context, each enqueued on the communicator's stream.
 // Rendezvous::gloo_communicator makes them; one context per communicator, so communicators
-// on different streams run their collectives concurrently. all_gather, all_reduce and
-// broadcast are Gloo's; reduce_scatter is ring_reduce_scatter.h. Aliasing: all_gather's `in`
+// on different streams run their collectives concurrently. all_gather and all_reduce are
+// Gloo's; reduce_scatter is ring_reduce_scatter.h. Aliasing: all_gather's `in`
 // may be this rank's slice of `out`, and reduce_scatter's `out` may lie inside `in`.
 
 #include <chrono>
@@ -45,7 +45,6 @@ class GlooCommunicator final : public Communicator {
                       bool accumulate, std::string what);
   void all_reduce(void* data, size_t count, const std::string& dtype, ReduceOp op,
                   std::string what) override;
-  void broadcast(void* data, size_t bytes, int root, std::string what) override;
 
  private:
   // Enqueues `collective` so that any failure surfaces as

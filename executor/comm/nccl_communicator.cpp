@@ -245,18 +245,4 @@ void NcclCommunicator::all_reduce(void* data, size_t count, const std::string& d
   });
 }
 
-void NcclCommunicator::broadcast(void* data, size_t bytes, int root, std::string what) {
-  if (root < 0 || root >= size()) {
-    fail(ExitCode::kInternal, "rank " + std::to_string(impl_->global_rank) + ": " + what + " on " +
-                                  impl_->name + ": root " + std::to_string(root) +
-                                  " is not a rank of the group (size " + std::to_string(size()) +
-                                  ")");
-  }
-  if (bytes == 0) return;
-  impl_->issue(std::move(what), static_cast<int64_t>(bytes),
-               [=](ncclComm_t comm, cudaStream_t stream) {
-                 return ncclBroadcast(data, data, bytes, ncclUint8, root, comm, stream);
-               });
-}
-
 }  // namespace mfsdp::executor

@@ -54,7 +54,6 @@ class NcclCommunicator final : public Communicator {
                       ReduceOp op, std::string what) override;
   void all_reduce(void* data, size_t count, const std::string& dtype, ReduceOp op,
                   std::string what) override;
-  void broadcast(void* data, size_t bytes, int root, std::string what) override;
 
   // Whether a collective failed or timed out (the communicator is then aborted).
   bool failed() const;

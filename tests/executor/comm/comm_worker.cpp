@@ -116,7 +116,6 @@ int collectives(Rendezvous& rendezvous, std::chrono::milliseconds timeout) {
     std::vector<float> gather_in, gathered, gathered_in_place;
     std::vector<float> scatter_in, summed, averaged, scatter_in_place;
     std::vector<float> all_summed, all_averaged;
-    std::vector<std::vector<float>> broadcasts;  // one per root
   };
   std::vector<std::unique_ptr<Round>> rounds;
   for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}}) {
@@ -150,12 +149,6 @@ int collectives(Rendezvous& rendezvous, std::chrono::milliseconds timeout) {
     comm->all_reduce(b.all_summed.data(), count, ReduceOp::kSum, "all-reduce (sum)" + at);
     comm->all_reduce(b.all_averaged.data(), count, ReduceOp::kAvg, "all-reduce (avg)" + at);
 
-    for (int root = 0; root < world; ++root) {
-      b.broadcasts.push_back(rank == root ? rank_data(root + 100, count)
-                                          : std::vector<float>(count, -1.0f));
-      comm->broadcast(b.broadcasts.back().data(), count * sizeof(float), root,
-                      "broadcast from " + std::to_string(root) + at);
-    }
     rounds.push_back(std::move(round));
   }
 
@@ -233,10 +226,6 @@ int collectives(Rendezvous& rendezvous, std::chrono::milliseconds timeout) {
                  "all-reduce (sum)" + at);
     check.expect(b.all_averaged, expected_sum(iota(world), count, 0, ReduceOp::kAvg),
                  "all-reduce (avg)" + at);
-    for (int root = 0; root < world; ++root) {
-      check.expect(b.broadcasts[root], rank_data(root + 100, count),
-                   "broadcast from " + std::to_string(root) + at);
-    }
   }
   return check.failures();
 }

@@ -68,9 +68,6 @@ class RecordingCommunicator final : public Communicator {
   void all_reduce(void*, size_t, const std::string&, ReduceOp, std::string what) override {
     run("all_reduce", what, [] {});
   }
-  void broadcast(void*, size_t, int, std::string what) override {
-    run("broadcast", what, [] {});
-  }
 
   // Records the call, then enqueues `work`, failed when the record says so.
   void run(const std::string& kind, const std::string& what, std::function<void()> work) {

@@ -1,8 +1,8 @@
 #pragma once
 // `mfsdp plan --trace-input`: one forward and backward of the model on example inputs, with its
-// units instrumented (planner/torchscript/instrumentation.h), to record the order the units really run in
-// (which branch an `if` takes, how often a loop turns) and how long each takes. derive_orders
-// then uses the traced order instead of its static estimate. No LibTorch types here.
+// units instrumented (planner/torchscript/instrumentation.h), to record the order the units really
+// run in (which branch an `if` takes, how often a loop turns) and how long each takes.
+// derive_orders then uses the traced order instead of its static estimate. No LibTorch types here.
 
 #include <cstdint>
 #include <string>

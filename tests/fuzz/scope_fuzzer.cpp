@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "planner/torchscript/model_ir.h"
 #include "planner/scope_file.h"
+#include "planner/torchscript/model_ir.h"
 #include "planner/unit_selector.h"
 #include "schema/error.h"
 #include "tests/fuzz/harness.h"

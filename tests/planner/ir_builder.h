@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/torchscript/model_ir.h"
 #include "planner/sharded_model.h"
+#include "planner/torchscript/model_ir.h"
 
 namespace mfsdp::testing {
 

@@ -223,6 +223,18 @@ void use_traced_input(const schema::Plan& plan, const std::string& dtype_flag,
 }
 
 // The finished training config: flags resolved against the plan.
+// OMP_NUM_THREADS as a worker found it (set by our launcher, or by the user for another
+// launcher), 0 when unset or not a positive whole number (LibTorch then chooses).
+int env_threads() {
+  const char* value = std::getenv("OMP_NUM_THREADS");
+  if (value == nullptr) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(value, &end, 10);
+  if (end == value || *end != '\0' || errno != 0 || n < 1 || n > 65536) return 0;
+  return static_cast<int>(n);
+}
+
 executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
                               const schema::Plan& plan) {
   executor::TrainConfig config = flags.train;
@@ -278,6 +290,7 @@ executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
   }
   config.context.collective_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(flags.collective_timeout_s * 1000));
+  config.threads = flags.threads > 0 ? flags.threads : env_threads();
   return config;
 }
 

@@ -11,18 +11,10 @@
 #include "executor/comm/nccl_communicator.h"
 #include "executor/comm/nccl_dtype.h"
 #include "executor/comm/nccl_error.h"
+#include "executor/comm/rendezvous.h"
 #include "schema/error.h"
 
 namespace mfsdp::executor {
-namespace {
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string text;
-  for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
-  return text;
-}
-
-}  // namespace
 
 std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(
     Rendezvous& rendezvous, const std::vector<NcclCommunicatorSpec>& specs,

@@ -22,17 +22,17 @@
 namespace mfsdp::executor {
 namespace {
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string text;
-  for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
-  return text;
-}
-
 bool every_interface(const std::string& host) {
   return host == "0.0.0.0" || host == "::" || host == "*";
 }
 
 }  // namespace
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
+  return text;
+}
 
 struct StoreHost::Impl {
   std::string secret = new_rendezvous_secret();

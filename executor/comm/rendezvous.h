@@ -16,6 +16,9 @@
 
 namespace mfsdp::executor {
 
+// Ranks as messages list them: "0,2,5".
+std::string rank_list(const std::vector<int>& ranks);
+
 // The launcher's side (torchrun's agent store): hosts the store that ranks started with
 // MFSDP_AGENT_STORE=1 connect to, for as long as this object lives, so it outlasts any rank.
 class StoreHost {

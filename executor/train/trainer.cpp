@@ -69,6 +69,7 @@ void write_trained_model(const std::string& model_path, torch::jit::Module& trai
 
 void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   check_train_config(config, env.world_size);
+  if (config.threads > 0) at::set_num_threads(config.threads);
   ContextOptions options = config.context;
   options.record_timeline = !config.trace_path.empty();
   auto ctx = Context::create(config.plan_path, config.model_path, env, options);

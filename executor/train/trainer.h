@@ -42,6 +42,9 @@ struct TrainConfig {
   int64_t log_every = 10;
   bool live_progress = false;  // rank 0 redraws one status line ('\r') between log lines
   bool verbose = false;        // a model error in the first batch also prints its traceback
+  // LibTorch intra-op threads on this rank, set before the model loads; 0 leaves LibTorch's
+  // own choice. Set explicitly because LibTorch 2.x caps OMP_NUM_THREADS at the core count.
+  int threads = 0;
 
   ContextOptions context;
 

@@ -4,7 +4,7 @@
 #include <set>
 
 #include "executor/runtime/context_impl.h"
-#include "executor/runtime/host_memory.h"
+#include "planner/torchscript/host_memory.h"
 #include "planner/torchscript/instrumentation.h"
 #include "planner/torchscript/model_check.h"
 #include "planner/torchscript/torch_model.h"

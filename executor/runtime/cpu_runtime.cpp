@@ -9,8 +9,8 @@
 #include "executor/comm/gloo_communicator.h"
 #include "executor/runtime/cpu_stream.h"
 #include "executor/runtime/flat_group.h"
-#include "executor/runtime/host_memory.h"
 #include "executor/runtime/timeline.h"
+#include "planner/torchscript/host_memory.h"
 #include "planner/torchscript/torch_model.h"
 #include "schema/error.h"
 

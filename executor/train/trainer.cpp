@@ -11,7 +11,6 @@
 
 #include <torch/torch.h>
 
-#include "executor/runtime/host_memory.h"
 #include "executor/runtime/timeline.h"
 #include "executor/train/checkpoint.h"
 #include "executor/train/first_batch.h"
@@ -20,6 +19,7 @@
 #include "executor/train/metrics_file.h"
 #include "executor/train/progress.h"
 #include "executor/train/resume.h"
+#include "planner/torchscript/host_memory.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
 

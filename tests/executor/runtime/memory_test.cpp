@@ -13,9 +13,9 @@
 
 #include "executor/runtime/context.h"
 #include "executor/runtime/flat_group.h"
-#include "executor/runtime/host_memory.h"
 #include "executor/train/sharded_optimizer.h"
 #include "planner/sharding_scope.h"
+#include "planner/torchscript/host_memory.h"
 #include "schema/plan_json.h"
 #include "tests/executor/parity/training_task.h"
 #include "tests/executor/runtime/one_rank_world.h"

@@ -6,7 +6,7 @@
 #include <map>
 
 #include "executor/runtime/flat_group.h"
-#include "executor/runtime/host_memory.h"
+#include "planner/torchscript/host_memory.h"
 #include "schema/error.h"
 
 namespace mfsdp::executor::testing {

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace mfsdp::executor::host_memory {
+namespace mfsdp::host_memory {
 
 // Installs the counting CPU allocator (idempotent; call before the tensors you want counted
 // are made: tensors allocated earlier keep their own deleter and are never counted).
@@ -55,4 +55,4 @@ int64_t file_rss_bytes();
 // kernel does not allow it.
 bool reset_peak_rss();
 
-}  // namespace mfsdp::executor::host_memory
+}  // namespace mfsdp::host_memory

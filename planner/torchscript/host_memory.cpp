@@ -1,4 +1,4 @@
-#include "executor/runtime/host_memory.h"
+#include "planner/torchscript/host_memory.h"
 
 #include <malloc.h>
 #include <sys/mman.h>
@@ -14,7 +14,7 @@
 
 #include <c10/core/CPUAllocator.h>
 
-namespace mfsdp::executor::host_memory {
+namespace mfsdp::host_memory {
 namespace {
 
 std::atomic<int64_t> live{0};
@@ -220,4 +220,4 @@ bool reset_peak_rss() {
   return static_cast<bool>(out);
 }
 
-}  // namespace mfsdp::executor::host_memory
+}  // namespace mfsdp::host_memory

@@ -66,7 +66,8 @@ Examples:
   # A long scope kept in a file (format: docs/cli.md):
   mfsdp plan gpt.pt --scope scope.json
 
-  # Settle branches and loops by running one step on a 2x64 batch of token ids (and time it):
+  # Settle branches and loops, time each unit and measure its activations by running one step
+  # on a 2x64 batch of token ids:
   mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --trace-input 2x64:int64
 
   # Record training defaults for mfsdp run (its flags win), e.g. {"steps": 1000, "lr": 3e-4}:
@@ -136,6 +137,11 @@ void print_summary(const schema::Plan& plan, const std::string& model, const std
       << plan.memory.peak_at << "; " << plan.memory.slots.size()
       << (plan.memory.slots.size() == 1 ? " slot, " : " slots, ")
       << format_bytes(plan.memory.slot_bytes) << "\n";
+  if (const auto& a = plan.memory.activations) {
+    err << "  activations  " << format_bytes(a->peak_bytes) << " at " << a->peak_at << " for "
+        << a->microbatch << (a->microbatch == 1 ? " sample; " : " samples; ")
+        << format_bytes(a->combined_peak_bytes) << " with params, grads and slots\n";
+  }
   err << "  per step     all-gather " << format_bytes(plan.communication.all_gather_bytes) << " ("
       << plan.communication.all_gather_count << "), reduce-scatter "
       << format_bytes(plan.communication.reduce_scatter_bytes) << " ("
@@ -168,6 +174,10 @@ void print_json_summary(const schema::Plan& plan, const std::string& output) {
   nlohmann::ordered_json counts = {{"info", 0}, {"warning", 0}, {"error", 0}};
   for (const auto& d : plan.diagnostics) counts[d.severity] = counts[d.severity].get<int>() + 1;
   s["diagnostics"] = counts;
+  if (const auto& a = plan.memory.activations) {
+    s["activation_peak_bytes"] = a->peak_bytes;
+    s["activation_microbatch"] = a->microbatch;
+  }
   if (plan.trace) {
     s["trace"] = {{"inputs", plan.trace->inputs},
                   {"differs_from_static", plan.trace->differs_from_static}};
@@ -395,7 +405,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--trace-input", flags->trace_inputs,
                   "Run one forward/backward on a tensor of this SHAPE[:DTYPE] (e.g. 2x64:int64, "
                   "at most 1 GiB; one per forward argument, in order) and plan the unit calls "
-                  "and orders it observes; records per-unit times")
+                  "and orders it observes; records per-unit times and activation memory")
       ->allow_extra_args(false);
   cmd->add_option("--training", flags->training_file,
                   "JSON file of training defaults for mfsdp run (steps, global_batch, lr, ...; "

@@ -210,6 +210,14 @@ void write_memory_and_communication(std::ostream& out, const schema::Plan& plan)
         << pad_left(format_bytes(slot.bytes), bytes_width) << "  " << join(slot.units, ", ")
         << "\n";
   }
+  if (const auto& a = memory.activations) {
+    out << item("activations") << format_bytes(a->peak_bytes) << " at " << a->peak_at
+        << ", microbatch of " << plural(a->microbatch, "sample") << " (" << a->loss << " loss)\n";
+    out << item("with params") << format_bytes(a->combined_peak_bytes)
+        << ": that peak + sharded params and grads + slots (no optimizer state)\n";
+  } else {
+    out << item("activations") << "unknown: plan with --trace-input to measure them\n";
+  }
 
   const schema::Communication& comm = plan.communication;
   out << "\n" << pad("communication", kLabelWidth) << "per rank, one microbatch\n";
@@ -247,18 +255,33 @@ void write_trace(std::ostream& out, const schema::Plan& plan) {
               ? "same calls and orders as the static estimate"
               : "differs from the static estimate in " + join(trace.differs_from_static, ", "))
       << "\n";
-  size_t unit_width = 4, forward_width = 7, backward_width = 8;
+  // Each unit's activations beside its times, when the plan measured them.
+  std::map<std::string, int64_t> saved;
+  if (const auto& a = plan.memory.activations) {
+    for (const auto& unit : a->units) saved[unit.unit] = unit.saved_bytes;
+  }
+  const auto saved_text = [&saved](const std::string& unit) {
+    const auto it = saved.find(unit);
+    if (it == saved.end()) return std::string("-");
+    return it->second < 0 ? "-" + format_bytes(-it->second) : format_bytes(it->second);
+  };
+  size_t unit_width = 4, forward_width = 7, backward_width = 8, saved_width = 11;
   for (const auto& time : trace.times) {
     unit_width = std::max(unit_width, time.unit.size());
     forward_width = std::max(forward_width, milliseconds_text(time.forward_ms).size());
     backward_width = std::max(backward_width, milliseconds_text(time.backward_ms).size());
+    saved_width = std::max(saved_width, saved_text(time.unit).size());
   }
   out << "  " << pad("unit", unit_width) << "  " << pad_left("forward", forward_width) << "  "
-      << pad_left("backward", backward_width) << "\n";
+      << pad_left("backward", backward_width);
+  if (!saved.empty()) out << "  " << pad_left("activations", saved_width);
+  out << "\n";
   for (const auto& time : trace.times) {
     out << "  " << pad(time.unit, unit_width) << "  "
         << pad_left(milliseconds_text(time.forward_ms), forward_width) << "  "
-        << pad_left(milliseconds_text(time.backward_ms), backward_width) << "\n";
+        << pad_left(milliseconds_text(time.backward_ms), backward_width);
+    if (!saved.empty()) out << "  " << pad_left(saved_text(time.unit), saved_width);
+    out << "\n";
   }
 }
 

@@ -91,8 +91,13 @@ schema::Plan emit_plan(const PlanIR& ir) {
     }
   }
   // Readers add these up (mfsdp diff's totals) and refuse a plan whose sums do not fit.
-  if (!schema::per_rank_bytes(memory)) {
+  const std::optional<int64_t> per_rank = schema::per_rank_bytes(memory);
+  if (!per_rank) {
     schema::fail_size_overflow("the per-rank memory (sharded params + grads + slots)");
+  }
+  if (memory.activations) {
+    memory.activations->combined_peak_bytes = schema::add_sizes(
+        *per_rank, memory.activations->peak_bytes, "memory.activations.combined_peak_bytes");
   }
   if (!schema::communication_bytes(communication)) {
     schema::fail_size_overflow("the communication of one microbatch (all collectives)");

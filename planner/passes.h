@@ -24,6 +24,9 @@ void derive_orders(PlanIR& ir);
 void build_schedule(PlanIR& ir);
 // Static buffer slots: interval colouring of the unsharded-buffer lifetimes.
 void assign_slots(PlanIR& ir);
+// With a traced run: its activation memory, per unit and at its peak (memory.activations;
+// emit_plan adds the combined peak).
+void measure_activations(PlanIR& ir);
 // The plan file's form of the IR.
 schema::Plan emit_plan(const PlanIR& ir);
 

@@ -134,6 +134,7 @@ schema::Plan ShardingScope::finalize() {
   derive_orders(ir);
   build_schedule(ir);
   assign_slots(ir);
+  measure_activations(ir);
   schema::Plan plan = emit_plan(ir);
   finalized_ = true;
   close();

@@ -6,9 +6,11 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <set>
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "planner/torchscript/host_memory.h"
 #include "planner/torchscript/instrumentation.h"
 #include "planner/torchscript/torch_model.h"
 #include "planner/torchscript/unit_hooks.h"
@@ -41,23 +43,40 @@ double milliseconds(Clock::duration d) {
 // Records what the instrumented graphs report. Backward may run on autograd's threads.
 class Tracer : public UnitHooks {
  public:
-  explicit Tracer(size_t units) : open_(units) {
+  // `parameters`: the model's; each pre_backward frees their gradients.
+  Tracer(size_t units, std::vector<at::Tensor> parameters)
+      : open_(units), parameters_(std::move(parameters)) {
     run_.forward_ms.assign(units, 0.0);
     run_.backward_ms.assign(units, 0.0);
+  }
+
+  // Memory counts from here: call right before forward.
+  void begin() {
+    base_ = host_memory::tensor_bytes();
+    host_memory::reset_peak();
   }
 
   void pre_forward(int unit) override {
     std::lock_guard<std::mutex> lock(mutex_);
     run_.forward.push_back({true, unit});
+    boundary(run_.forward_bytes);
     open_[unit].push_back(Clock::now());
   }
   void post_forward(int unit) override {
     const Clock::time_point now = Clock::now();
     std::lock_guard<std::mutex> lock(mutex_);
     run_.forward.push_back({false, unit});
+    boundary(run_.forward_bytes);
     if (open_[unit].empty()) return;  // the hooks nest; a stray exit only loses a time
     run_.forward_ms[unit] += milliseconds(now - open_[unit].back());
     open_[unit].pop_back();
+  }
+  // Forward returned; the loss follows.
+  void end_forward() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    close_interval();
+    run_.loss_bytes = {live(), live()};
+    last_ = &run_.loss_bytes;
   }
   // A unit's backward cannot be seen to end, so its time runs until the next unit's begins.
   void pre_backward(int unit) override {
@@ -65,6 +84,8 @@ class Tracer : public UnitHooks {
     std::lock_guard<std::mutex> lock(mutex_);
     close_backward_segment(now);
     run_.backward.push_back(unit);
+    free_gradients();
+    boundary(run_.backward_bytes);
     segment_unit_ = unit;
     segment_start_ = now;
   }
@@ -72,11 +93,37 @@ class Tracer : public UnitHooks {
     const Clock::time_point now = Clock::now();
     std::lock_guard<std::mutex> lock(mutex_);
     close_backward_segment(now);
+    close_interval();
+    last_ = nullptr;
   }
 
   TracedRun take() { return std::move(run_); }
 
  private:
+  int64_t live() const { return host_memory::tensor_bytes() - base_; }
+
+  // The interval since the last boundary ends: its peak goes to the boundary that opened it.
+  void close_interval() {
+    if (last_ != nullptr) {
+      last_->peak = std::max(last_->peak, host_memory::peak_tensor_bytes() - base_);
+    }
+    host_memory::reset_peak();
+  }
+  // A boundary of `list`: closes the interval before it, opens the one after it.
+  void boundary(std::vector<TracedBytes>& list) {
+    close_interval();
+    list.push_back({live(), live()});
+    last_ = &list.back();  // the lists only grow at their own boundaries, under the lock
+  }
+  // The gradients of the unit whose backward just ran: the executor hands them to the
+  // reduce-scatter and frees them here; the interval before still counted them.
+  void free_gradients() {
+    close_interval();
+    for (at::Tensor& p : parameters_) {
+      if (p.grad().defined()) p.mutable_grad().reset();
+    }
+  }
+
   void close_backward_segment(Clock::time_point now) {
     if (segment_unit_ >= 0) run_.backward_ms[segment_unit_] += milliseconds(now - segment_start_);
     segment_unit_ = -1;
@@ -87,6 +134,9 @@ class Tracer : public UnitHooks {
   std::vector<std::vector<Clock::time_point>> open_;  // per unit, its calls still running
   int segment_unit_ = -1;
   Clock::time_point segment_start_;
+  std::vector<at::Tensor> parameters_;
+  int64_t base_ = 0;
+  TracedBytes* last_ = nullptr;  // the boundary whose interval is open
 };
 
 class InstalledHooks {
@@ -201,8 +251,22 @@ void collect_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
   }
 }
 
-// The sum of every floating output that requires grad: each output gets a gradient.
-at::Tensor loss_of(const c10::IValue& output) {
+// The traced step's loss, named in `kind`. One floating output of two or more dims is taken as
+// logits, [samples, ..., classes], and gets mfsdp run's default loss, cross-entropy (against
+// class 0), so that the memory the loss keeps for backward is measured too; otherwise every
+// floating output that requires grad is summed, so that each gets a gradient.
+at::Tensor loss_of(const c10::IValue& output, std::string& kind) {
+  if (output.isTensor()) {
+    const at::Tensor& logits = output.toTensor();
+    if (logits.defined() && logits.is_floating_point() && logits.requires_grad() &&
+        logits.dim() >= 2 && logits.numel() > 0) {
+      kind = "cross_entropy";
+      const int64_t classes = logits.size(-1);
+      const at::Tensor flat = logits.to(at::kFloat).reshape({-1, classes});
+      return at::cross_entropy_loss(flat, at::zeros({flat.size(0)}, at::kLong));
+    }
+  }
+  kind = "sum";
   std::vector<at::Tensor> tensors;
   collect_tensors(output, tensors);
   at::Tensor loss;
@@ -212,6 +276,20 @@ at::Tensor loss_of(const c10::IValue& output) {
     loss = loss.defined() ? loss + sum : sum;
   }
   return loss;
+}
+
+// Bytes of the floating outputs that require grad, each storage once: what the loss reads.
+int64_t grad_output_bytes(const c10::IValue& output) {
+  std::vector<at::Tensor> tensors;
+  collect_tensors(output, tensors);
+  std::set<const void*> seen;
+  int64_t bytes = 0;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined() || !t.is_floating_point() || !t.requires_grad()) continue;
+    if (!seen.insert(t.storage().unsafeGetStorageImpl()).second) continue;
+    bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  return bytes;
 }
 
 // Runs `step`, turning the interpreter's errors into one Error(kModel) line.
@@ -273,6 +351,7 @@ TraceInput parse_trace_input(const std::string& spec) {
 
 TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
                       const std::vector<TraceInput>& inputs) {
+  host_memory::install();  // before the step's tensors, so that they are counted
   torch::jit::Module model = load_module(model_path);
   check_arguments(model, model_path, inputs);
   instrument_units(model, unit_paths);
@@ -285,13 +364,21 @@ TracedRun trace_units(const std::string& model_path, const std::vector<std::stri
   }
   const std::string on = model_path + ": the traced step on --trace-input " + joined(specs, ", ");
 
-  Tracer tracer(unit_paths.size());
+  std::vector<at::Tensor> parameters;
+  for (const at::Tensor& p : model.parameters()) parameters.push_back(p);
+  Tracer tracer(unit_paths.size(), std::move(parameters));
+  int64_t output_bytes = 0;
+  std::string run_loss;
   {
     const InstalledHooks installed(&tracer);
     const c10::AutoGradMode grad(true);
+    tracer.begin();
+    // The outputs stay alive through backward, as in a training loop that holds them.
     const c10::IValue output =
         interpreted(on + " failed in forward", [&] { return model.forward(arguments); });
-    const at::Tensor loss = loss_of(output);
+    tracer.end_forward();
+    output_bytes = grad_output_bytes(output);
+    const at::Tensor loss = loss_of(output, run_loss);
     if (!loss.defined()) {
       fail(ExitCode::kModel, on + " returned no floating tensor that requires grad, so there is "
                                   "no backward to trace; return the logits or the loss");
@@ -305,6 +392,9 @@ TracedRun trace_units(const std::string& model_path, const std::vector<std::stri
   TracedRun run = tracer.take();
   run.inputs = specs;
   run.units = unit_paths;
+  run.batch = inputs.empty() ? 1 : inputs.front().shape.front();
+  run.output_bytes = output_bytes;
+  run.loss = run_loss;
   return run;
 }
 

@@ -1,8 +1,10 @@
 #pragma once
 // `mfsdp plan --trace-input`: one forward and backward of the model on example inputs, with its
 // units instrumented (planner/torchscript/instrumentation.h), to record the order the units really
-// run in (which branch an `if` takes, how often a loop turns) and how long each takes.
-// derive_orders then uses the traced order instead of its static estimate. No LibTorch types here.
+// run in (which branch an `if` takes, how often a loop turns), how long each takes and how
+// many tensor bytes are alive at each unit boundary (planner/torchscript/host_memory.h counts
+// them). derive_orders then uses the traced order instead of its static estimate, and
+// predict_activations the memory. No LibTorch types here.
 
 #include <cstdint>
 #include <string>
@@ -32,6 +34,13 @@ struct TracedEvent {
   int unit = -1;
 };
 
+// CPU tensor bytes above what was alive when forward began: alive at a unit boundary, and the
+// most alive at once from it up to the next boundary.
+struct TracedBytes {
+  int64_t live = 0;
+  int64_t peak = 0;
+};
+
 // What one traced step observed. Units are indices into `units`.
 struct TracedRun {
   std::vector<std::string> inputs;   // the specs as given
@@ -44,12 +53,29 @@ struct TracedRun {
   // is not observable (the hooks are identities on its outputs).
   std::vector<double> forward_ms;
   std::vector<double> backward_ms;
+  // Memory, for `batch` samples (the first input's first dimension). forward_bytes and
+  // backward_bytes parallel `forward` and `backward`, loss_bytes is forward's return; each
+  // boundary's peak is the most alive until the next boundary (the last pre_backward's: until
+  // backward ends), so the interval after a pre_backward is that unit's backward and the one
+  // after forward's return the loss. Parameter gradients count until the next pre_backward,
+  // where the trace frees them as the executor's reduce-scatter does. output_bytes: forward's
+  // outputs that require grad. A run without bytes (both lists empty) measured no memory.
+  int64_t batch = 1;
+  std::vector<TracedBytes> forward_bytes;
+  TracedBytes loss_bytes;
+  std::vector<TracedBytes> backward_bytes;
+  int64_t output_bytes = 0;
+  // The loss the step ran: "cross_entropy" when forward returned one floating tensor of two
+  // or more dims (logits; mfsdp run's default loss, against class 0), else "sum" (of every
+  // floating output that requires grad).
+  std::string loss;
 };
 
 // Loads `model_path` afresh on the CPU, instruments the modules at `unit_paths` (unit i is
 // unit_paths[i]), runs forward on one tensor per input (floating: standard normal values from
 // a generator seeded with the input's position, 0, 1, ...; integer and bool: zeros, a valid
-// index for any embedding), sums the floating outputs that require grad and runs backward.
+// index for any embedding), computes the loss (TracedRun::loss) and runs backward, counting
+// CPU tensor bytes throughout (host_memory::install() replaces the process's CPU allocator).
 // Throws Error(kUsage) when the inputs do not match forward's arguments (too many, too few,
 // or an argument that is not a Tensor) or an input's tensor cannot be allocated, Error(kModel)
 // naming the inputs and the interpreter's message when forward or backward fails, or when no output

@@ -138,12 +138,44 @@ void check_slots(Context& context, const Lifetimes& lifetimes) {
   }
 }
 
+// The traced activations: measured, so only their consistency can be checked: one entry per
+// unit of forward_order in that order, and the combined peak as the sum it is defined as.
+void check_activations(Context& context) {
+  const Plan& plan = context.plan;
+  if (!plan.memory.activations) return;
+  const Activations& a = *plan.memory.activations;
+  const std::string path = "memory.activations";
+  if (!plan.trace) {
+    context.report(path,
+                   "is present but the plan has no trace section; activations are "
+                   "measured by mfsdp plan --trace-input");
+  }
+  if (a.loss != "cross_entropy" && a.loss != "sum") {
+    context.report(path + ".loss", "is " + quote(a.loss) + ", expected 'cross_entropy' or 'sum'");
+  }
+  std::vector<std::string> names;
+  for (const UnitActivations& unit : a.units) names.push_back(unit.unit);
+  if (names != plan.forward_order) {
+    context.report(path + ".units", "lists " + quote_list(names) + ", expected forward_order " +
+                                        quote_list(plan.forward_order));
+  }
+  const Wide combined = Wide{a.peak_bytes} + plan.memory.sharded_param_bytes +
+                        plan.memory.sharded_grad_bytes + plan.memory.slot_bytes;
+  if (combined != a.combined_peak_bytes) {
+    context.report(path + ".combined_peak_bytes",
+                   "is " + std::to_string(a.combined_peak_bytes) + ", expected " +
+                       to_string(combined) +
+                       " (peak_bytes + sharded_param_bytes + sharded_grad_bytes + slot_bytes)");
+  }
+}
+
 }  // namespace
 
 void check_memory(Context& context, const Lifetimes& lifetimes) {
   check_peak(context);
   check_sharded_totals(context);
   check_slots(context, lifetimes);
+  check_activations(context);
 }
 
 }  // namespace mfsdp::schema::check

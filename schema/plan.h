@@ -119,6 +119,34 @@ struct Slot {
   std::vector<std::string> units;  // units whose unsharded buffers live in this slot
 };
 
+// A unit's activations in the traced step: the tensor bytes its forward left alive for
+// backward (its calls summed, its nested units' own bytes not counted), for one microbatch.
+struct UnitActivations {
+  std::string unit;
+  int64_t saved_bytes = 0;  // may be negative: a unit that frees more than it keeps
+};
+
+// Activation memory per rank for one microbatch, measured by `mfsdp plan --trace-input`
+// (docs/plan-format.md#activations). CPU tensor bytes above what was alive when forward
+// began: what autograd saved for backward, the outputs, and the gradients backward makes
+// (parameter gradients counted until the next unit's backward begins, as the executor
+// hands them to the reduce-scatter). Without a trace there is none: unknown, not zero.
+struct Activations {
+  int64_t microbatch = 0;  // samples the bytes are for: the traced batch (first input's dim 0)
+  int64_t peak_bytes = 0;  // the most alive at once in forward and backward
+  // The schedule point the peak follows: "pre_forward U", "post_forward U", "loss" (forward
+  // returned, before the first pre_backward), "pre_backward U" or "end_of_backward".
+  std::string peak_at;
+  int64_t output_bytes = 0;  // the model's outputs that require grad, which the loss reads
+  // The loss the traced step ran (its memory is in the peak): "cross_entropy" (forward
+  // returned logits, one floating tensor of 2+ dims) or "sum" (of the outputs).
+  std::string loss;
+  // peak_bytes + sharded_param_bytes + sharded_grad_bytes + slot_bytes: the plan's memory per
+  // rank at the activation peak, optimizer state not included.
+  int64_t combined_peak_bytes = 0;
+  std::vector<UnitActivations> units;  // every unit of forward_order, in that order
+};
+
 struct Memory {
   int64_t sharded_param_bytes = 0;  // per rank
   int64_t sharded_grad_bytes = 0;   // per rank, main grads in reduce dtype
@@ -126,6 +154,7 @@ struct Memory {
   std::string peak_at;  // schedule point where the peak first occurs, e.g. "pre_forward layers.3"
   int64_t slot_bytes = 0;  // sum of slot sizes: what the executor allocates once
   std::vector<Slot> slots;
+  std::optional<Activations> activations;  // only with --trace-input
 };
 
 struct Communication {  // per microbatch, per rank

@@ -706,6 +706,7 @@ class Differ {
       return out;
     };
     field("memory.slots", text_of(slots(m, true)), text_of(slots(n, false)));
+    compare_activations();
     const Communication& c = old_.communication;
     const Communication& d = new_.communication;
     quantity("communication.all_gather_count", c.all_gather_count, d.all_gather_count);
@@ -763,6 +764,42 @@ class Differ {
         return j.contains(key) ? j.at(key).dump() : std::string("null");
       };
       field("training." + key, text(old_section), text(new_section));
+    }
+  }
+
+  // Measured activations: quantities when both plans have them, else present against null;
+  // per unit the saved bytes, by the unit's name in the new plan.
+  void compare_activations() {
+    const std::optional<Activations>& m = old_.memory.activations;
+    const std::optional<Activations>& n = new_.memory.activations;
+    if (!m || !n) {
+      field("memory.activations", m ? "present" : "null", n ? "present" : "null");
+      return;
+    }
+    quantity("memory.activations.microbatch", m->microbatch, n->microbatch);
+    quantity("memory.activations.peak_bytes", m->peak_bytes, n->peak_bytes);
+    field("memory.activations.peak_at", quoted(mapped_point(m->peak_at)), quoted(n->peak_at));
+    quantity("memory.activations.output_bytes", m->output_bytes, n->output_bytes);
+    field("memory.activations.loss", quoted(m->loss), quoted(n->loss));
+    quantity("memory.activations.combined_peak_bytes", m->combined_peak_bytes,
+             n->combined_peak_bytes);
+    if (!shown("memory.activations.units")) return;
+    std::map<std::string, int64_t> old_saved;
+    for (const UnitActivations& unit : m->units) old_saved[mapped(unit.unit)] = unit.saved_bytes;
+    for (const UnitActivations& unit : n->units) {
+      const auto it = old_saved.find(unit.unit);
+      const std::string name = "memory.activations.units[" + unit.unit + "].saved_bytes";
+      if (it == old_saved.end()) {
+        field(name, "null", text_of(unit.saved_bytes));
+        continue;
+      }
+      if (it->second != unit.saved_bytes) {
+        diff_.quantities.push_back({name, it->second, unit.saved_bytes});
+      }
+      old_saved.erase(it);
+    }
+    for (const auto& [unit, bytes] : old_saved) {
+      field("memory.activations.units[" + unit + "].saved_bytes", text_of(bytes), "null");
     }
   }
 
@@ -899,6 +936,14 @@ const std::vector<std::string>& diff_field_names() {
       "memory.peak_at",
       "memory.slot_bytes",
       "memory.slots",
+      "memory.activations",
+      "memory.activations.microbatch",
+      "memory.activations.peak_bytes",
+      "memory.activations.peak_at",
+      "memory.activations.output_bytes",
+      "memory.activations.loss",
+      "memory.activations.combined_peak_bytes",
+      "memory.activations.units",
       "communication",
       "communication.all_gather_count",
       "communication.all_gather_bytes",

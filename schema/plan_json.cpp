@@ -20,6 +20,7 @@ ordered_json to_json(const ScheduleEntry& entry);
 ordered_json to_json(const Slot& slot);
 ordered_json to_json(const Diagnostic& diagnostic);
 ordered_json to_json(const UnitTime& time);
+ordered_json to_json(const UnitActivations& unit);
 
 template <typename T>
 ordered_json array_of(const std::vector<T>& items) {
@@ -139,6 +140,25 @@ ordered_json to_json(const Slot& slot) {
   return j;
 }
 
+ordered_json to_json(const UnitActivations& unit) {
+  ordered_json j = ordered_json::object();
+  j["unit"] = unit.unit;
+  j["saved_bytes"] = unit.saved_bytes;
+  return j;
+}
+
+ordered_json to_json(const Activations& a) {
+  ordered_json j = ordered_json::object();
+  j["microbatch"] = a.microbatch;
+  j["peak_bytes"] = a.peak_bytes;
+  j["peak_at"] = a.peak_at;
+  j["output_bytes"] = a.output_bytes;
+  j["loss"] = a.loss;
+  j["combined_peak_bytes"] = a.combined_peak_bytes;
+  j["units"] = array_of(a.units);
+  return j;
+}
+
 ordered_json to_json(const Memory& memory) {
   ordered_json j = ordered_json::object();
   j["sharded_param_bytes"] = memory.sharded_param_bytes;
@@ -147,6 +167,8 @@ ordered_json to_json(const Memory& memory) {
   j["peak_at"] = memory.peak_at;
   j["slot_bytes"] = memory.slot_bytes;
   j["slots"] = array_of(memory.slots);
+  // Absent rather than null, so plans made without a trace keep their bytes.
+  if (memory.activations) j["activations"] = to_json(*memory.activations);
   return j;
 }
 

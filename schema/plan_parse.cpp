@@ -290,6 +290,25 @@ class Reader {
     fields.finish();
   }
 
+  void read(const json& value, const std::string& path, UnitActivations& out) {
+    Fields fields(*this, value, path);
+    fields.get("unit", out.unit);
+    fields.get("saved_bytes", out.saved_bytes, std::numeric_limits<int64_t>::min());
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Activations& out) {
+    Fields fields(*this, value, path);
+    fields.get("microbatch", out.microbatch, int64_t{1});
+    fields.get("peak_bytes", out.peak_bytes);
+    fields.get("peak_at", out.peak_at);
+    fields.get("output_bytes", out.output_bytes);
+    fields.get("loss", out.loss);
+    fields.get("combined_peak_bytes", out.combined_peak_bytes);
+    fields.get("units", out.units);
+    fields.finish();
+  }
+
   void read(const json& value, const std::string& path, Memory& out) {
     Fields fields(*this, value, path);
     fields.get("sharded_param_bytes", out.sharded_param_bytes);
@@ -298,6 +317,7 @@ class Reader {
     fields.get("peak_at", out.peak_at);
     fields.get("slot_bytes", out.slot_bytes);
     fields.get("slots", out.slots);
+    fields.get_optional("activations", out.activations);
     fields.finish();
   }
 

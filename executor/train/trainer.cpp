@@ -65,6 +65,34 @@ void write_trained_model(const std::string& model_path, torch::jit::Module& trai
   schema::write_file_atomically(out, bytes.str());
 }
 
+// The activation peak the ranks measured beside the plan's, scaled from the traced batch to
+// this run's microbatch (activations grow linearly with it), or why there is none.
+std::string activation_line(const schema::Plan& plan, const std::vector<MemoryBreakdown>& ranks,
+                            const std::string& loss, int64_t microbatch) {
+  int64_t measured = 0;
+  for (const MemoryBreakdown& rank : ranks) measured = std::max(measured, rank.activation_peak);
+  std::ostringstream line;
+  line << std::fixed << std::setprecision(1) << "activations: peak " << mib(measured)
+       << " measured";
+  if (!plan.memory.activations) {
+    line << "; plan with --trace-input to predict it (docs/plan-format.md#activations)";
+    return line.str();
+  }
+  const schema::Activations& a = *plan.memory.activations;
+  const double planned = static_cast<double>(a.peak_bytes) * static_cast<double>(microbatch) /
+                         static_cast<double>(a.microbatch);
+  line << " vs " << mib(static_cast<int64_t>(std::llround(planned))) << " planned";
+  if (planned > 0)
+    line << " (" << std::showpos << 100.0 * (measured - planned) / planned << std::noshowpos
+         << " %)";
+  line << " for microbatches of " << microbatch << " (the plan traced " << a.microbatch;
+  if ((loss == "cross_entropy") != (a.loss == "cross_entropy")) {
+    line << ", with " << a.loss << " loss where this run uses " << loss;
+  }
+  line << ")";
+  return line.str();
+}
+
 }  // namespace
 
 void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
@@ -297,6 +325,9 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   out << "memory: peak unsharded " << worst_peak << " B measured vs " << planned << " B planned"
       << (worst_peak == planned ? "" : " (differs)") << "; sharded params "
       << stats.sharded_param_bytes << " B per rank; peak RSS " << rss << std::endl;
+  out << activation_line(ctx->plan(), all, config.loss,
+                         data_config.global_batch / ctx->world_size() / microbatches)
+      << std::endl;
   out << memory_table(all) << std::flush;
 }
 

@@ -118,6 +118,36 @@ TEST(PlanDiff, EveryGoldenPlanEqualsItself) {
   }
 }
 
+// Measured activations: present against absent is one field; between two traced plans the
+// peak and each unit's saved bytes are quantities, and --ignore can drop the per-unit ones.
+TEST(PlanDiff, ActivationsAreComparedAsQuantities) {
+  const Plan untraced = golden("tied_lm");
+  Plan a = untraced;
+  Activations act;
+  act.microbatch = 4;
+  act.peak_bytes = 1000;
+  act.peak_at = "loss";
+  act.loss = "cross_entropy";
+  for (const std::string& unit : a.forward_order) act.units.push_back({unit, 100});
+  a.memory.activations = act;
+  EXPECT_EQ(fields_of(diff_plans(untraced, a)), std::vector<std::string>{"memory.activations"});
+
+  Plan b = a;
+  b.memory.activations->peak_bytes = 1500;
+  b.memory.activations->peak_at = "pre_backward layers.1";
+  b.memory.activations->units[1].saved_bytes = 300;
+  const PlanDiff diff = diff_plans(a, b);
+  EXPECT_EQ(fields_of(diff), std::vector<std::string>{"memory.activations.peak_at"});
+  std::vector<std::string> quantities;
+  for (const Quantity& q : diff.quantities) quantities.push_back(q.field);
+  const std::string unit = "memory.activations.units[" + a.forward_order[1] + "].saved_bytes";
+  EXPECT_EQ(quantities, (std::vector<std::string>{"memory.activations.peak_bytes", unit}));
+  EXPECT_TRUE(diff.quantities.back().is_bytes());
+  DiffOptions options;
+  options.ignore = {"memory.activations.units"};
+  EXPECT_EQ(diff_plans(a, b, options).quantities.size(), 1u);
+}
+
 TEST(PlanDiff, VolatileFieldsAreIgnoredUnlessIncluded) {
   const Plan a = golden("tied_lm");
   Plan b = a;

@@ -190,5 +190,35 @@ TEST_F(PlanSchema, AcceptsATrainingSectionAndRejectsBadValues) {
   }
 }
 
+// A traced plan's activations: accepted as parse_plan writes them (a unit may free more than
+// it keeps, so saved_bytes may be negative), refused with a bad loss, a zero microbatch or
+// a missing field, and read back unchanged.
+TEST_F(PlanSchema, AcceptsActivationsAndRejectsBadValues) {
+  Plan plan = sample_plan();
+  plan.trace = Trace{};
+  plan.trace->inputs = {"4x16:int64"};
+  Activations a;
+  a.microbatch = 4;
+  a.peak_bytes = 1000;
+  a.peak_at = "loss";
+  a.output_bytes = 256;
+  a.loss = "cross_entropy";
+  for (const std::string& unit : plan.forward_order) a.units.push_back({unit, -16});
+  plan.memory.activations = a;
+  const std::string text = dump_plan(plan);
+  const json doc = json::parse(text);
+  EXPECT_EQ(violations(doc), std::vector<std::string>{});
+  EXPECT_EQ(dump_plan(parse_plan(doc).plan), text);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
+           {"loss", "mse"}, {"microbatch", 0}, {"peak_bytes", -1}, {"units", json::array({1})}}) {
+    json bad = doc;
+    bad["memory"]["activations"][key] = value;
+    EXPECT_FALSE(valid(bad)) << key << " = " << value.dump();
+  }
+  json missing = doc;
+  missing["memory"]["activations"].erase("peak_at");
+  EXPECT_FALSE(valid(missing));
+}
+
 }  // namespace
 }  // namespace mfsdp::schema

@@ -13,6 +13,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/function.h>
 
+#include "planner/torchscript/autograd_node.h"
 #include "planner/torchscript/host_memory.h"
 #include "planner/torchscript/instrumentation.h"
 #include "planner/torchscript/torch_model.h"
@@ -88,7 +89,7 @@ void register_parameters(torch::jit::Module& model) {
     for (const auto& p : m.value.named_parameters(/*recurse=*/false)) {
       if (!p.value.requires_grad()) continue;
       at::Tensor registration = p.value.detach();  // the same storage: no bytes of its own
-      torch::autograd::create_gradient_edge(registration, std::make_shared<RegistrationNode>());
+      torch::autograd::create_gradient_edge(registration, make_node<RegistrationNode>());
       object->setSlot(object->type()->getAttributeSlot(p.name), registration);
     }
   }

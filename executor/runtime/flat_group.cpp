@@ -4,9 +4,9 @@
 
 #include <limits>
 #include <memory>
-#include <type_traits>
 #include <utility>
 
+#include "planner/torchscript/autograd_node.h"
 #include "planner/torchscript/torch_model.h"
 #include "schema/error.h"
 #include "schema/plan_rules.h"
@@ -33,16 +33,8 @@ class GroupAnchorNode : public torch::autograd::Node {
   FlatGroup* group_;
 };
 
-using NodePtr = decltype(torch::autograd::Edge::function);
-
-template <typename T, typename... Args>
-NodePtr make_node(Args&&... args) {
-  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
-    return std::make_shared<T>(std::forward<Args>(args)...);
-  } else {
-    return c10::make_intrusive<T>(std::forward<Args>(args)...);
-  }
-}
+using planner::make_node;
+using planner::NodePtr;
 
 class ParamNode : public torch::autograd::Node {
  public:

@@ -82,7 +82,8 @@ class RegistrationNode : public torch::autograd::Node {
   }
 };
 
-// Every parameter attribute of every module holds its own Registration's output from now on.
+// From now on every parameter attribute of every module holds a tensor of its own over the
+// parameter's storage, the output of its own RegistrationNode.
 void register_parameters(torch::jit::Module& model) {
   for (const auto& m : model.named_modules()) {
     const auto object = m.value._ivalue();
@@ -191,6 +192,7 @@ class Tracer : public UnitHooks {
   TracedBytes* last_ = nullptr;  // the boundary whose interval is open
 };
 
+// Where RegistrationNodes keep gradients while the traced step runs.
 class KeepingGradients {
  public:
   explicit KeepingGradients(KeptGradients* kept) { kept_gradients.store(kept); }

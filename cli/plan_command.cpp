@@ -320,7 +320,8 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   if (!trace_inputs.empty()) {
     std::vector<std::string> unit_paths;
     for (int m : modules) unit_paths.push_back(model.ir().modules[m].path);
-    scope.use_trace(planner::trace_units(flags.model, unit_paths, trace_inputs));
+    scope.use_trace(
+        planner::trace_units(flags.model, unit_paths, trace_inputs, policy.param_dtype));
   }
   schema::Plan plan = scope.finalize();
   plan.training =

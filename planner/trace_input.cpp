@@ -82,14 +82,18 @@ class RegistrationNode : public torch::autograd::Node {
   }
 };
 
-// From now on every parameter attribute of every module holds a tensor of its own over the
-// parameter's storage, the output of its own RegistrationNode.
-void register_parameters(torch::jit::Module& model) {
+// From now on every parameter attribute of every module holds a tensor of its own, the output
+// of its own RegistrationNode: over the parameter's storage, or for a floating parameter under
+// a `param_dtype` a copy in it (made before the step, so not an activation), as gathered.
+void register_parameters(torch::jit::Module& model, const std::optional<std::string>& param_dtype) {
   for (const auto& m : model.named_modules()) {
     const auto object = m.value._ivalue();
     for (const auto& p : m.value.named_parameters(/*recurse=*/false)) {
       if (!p.value.requires_grad()) continue;
-      at::Tensor registration = p.value.detach();  // the same storage: no bytes of its own
+      at::Tensor registration = p.value.detach();
+      if (param_dtype && registration.is_floating_point()) {
+        registration = registration.to(scalar_type_of(*param_dtype));
+      }
       torch::autograd::create_gradient_edge(registration, make_node<RegistrationNode>());
       object->setSlot(object->type()->getAttributeSlot(p.name), registration);
     }
@@ -100,7 +104,9 @@ void register_parameters(torch::jit::Module& model) {
 class Tracer : public UnitHooks {
  public:
   // `gradients`: what the parameters' registrations keep; each pre_backward frees them.
-  Tracer(size_t units, KeptGradients& gradients) : open_(units), gradients_(gradients) {
+  // `param_dtype`: what the units compute in (input_dtype), or none.
+  Tracer(size_t units, KeptGradients& gradients, const std::optional<std::string>& param_dtype)
+      : open_(units), gradients_(gradients), param_dtype_(param_dtype) {
     run_.forward_ms.assign(units, 0.0);
     run_.backward_ms.assign(units, 0.0);
   }
@@ -152,6 +158,10 @@ class Tracer : public UnitHooks {
     last_ = nullptr;
   }
 
+  const char* input_dtype(int /*unit*/) override {
+    return param_dtype_ ? param_dtype_->c_str() : nullptr;
+  }
+
   TracedRun take() { return std::move(run_); }
 
  private:
@@ -188,6 +198,7 @@ class Tracer : public UnitHooks {
   int segment_unit_ = -1;
   Clock::time_point segment_start_;
   KeptGradients& gradients_;
+  std::optional<std::string> param_dtype_;
   int64_t base_ = 0;
   TracedBytes* last_ = nullptr;  // the boundary whose interval is open
 };
@@ -412,12 +423,13 @@ TraceInput parse_trace_input(const std::string& spec) {
 }
 
 TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
-                      const std::vector<TraceInput>& inputs) {
+                      const std::vector<TraceInput>& inputs,
+                      const std::optional<std::string>& param_dtype) {
   host_memory::install();  // before the step's tensors, so that they are counted
   torch::jit::Module model = load_module(model_path);
   check_arguments(model, model_path, inputs);
   instrument_units(model, unit_paths);
-  register_parameters(model);
+  register_parameters(model, param_dtype);
 
   std::vector<std::string> specs;
   std::vector<c10::IValue> arguments;
@@ -428,7 +440,7 @@ TracedRun trace_units(const std::string& model_path, const std::vector<std::stri
   const std::string on = model_path + ": the traced step on --trace-input " + joined(specs, ", ");
 
   KeptGradients gradients;
-  Tracer tracer(unit_paths.size(), gradients);
+  Tracer tracer(unit_paths.size(), gradients, param_dtype);
   int64_t output_bytes = 0;
   std::string run_loss;
   {

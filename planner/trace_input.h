@@ -7,6 +7,7 @@
 // predict_activations the memory. No LibTorch types here.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,7 +81,11 @@ struct TracedRun {
 // or an argument that is not a Tensor) or an input's tensor cannot be allocated, Error(kModel)
 // naming the inputs and the interpreter's message when forward or backward fails, or when no output
 // requires grad, and instrument_units' Error(kPlanning) for a unit it cannot hook.
+// `param_dtype` (a schema dtype name, none: as stored) is the plan's policy.param_dtype: the
+// floating parameters are cast to it and each unit's floating inputs too, as the executor's
+// mixed precision does, so that the activations are measured in the dtype they will have.
 TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
-                      const std::vector<TraceInput>& inputs);
+                      const std::vector<TraceInput>& inputs,
+                      const std::optional<std::string>& param_dtype = std::nullopt);
 
 }  // namespace mfsdp::planner

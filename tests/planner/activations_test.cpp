@@ -94,6 +94,19 @@ TEST(TracedActivations, EachUnitLeavesAliveWhatItsBackwardNeeds) {
   EXPECT_GE(run.loss_bytes.peak, run.loss_bytes.live + 2 * tensor);
 }
 
+// Under a param_dtype the units compute in it, as the executor's mixed precision does: the
+// kept tensors are bfloat16, half the bytes. Forward keeps three of them: the float32 input
+// cast to bfloat16 where the first unit begins (its mul saves it), and each unit's output.
+TEST(TracedActivations, AreMeasuredInTheParamDtype) {
+  const std::string model = chain_model("relu_chain_bf16", 2, "torch.relu(x * self.w)", {512});
+  const TracedRun run = trace_units(model, unit_paths(2), input("4x512"), "bfloat16");
+  const int64_t tensor = 4 * 512 * 2;
+  const std::map<std::string, int64_t> kept = kept_by_unit(run);
+  EXPECT_EQ(kept.at("u1"), tensor);
+  EXPECT_EQ(kept.at("") + kept.at("u0") + kept.at("u1"), 3 * tensor);
+  EXPECT_EQ(run.output_bytes, tensor);
+}
+
 // Activations grow with the batch: twice the samples, twice the bytes.
 TEST(TracedActivations, GrowLinearlyWithTheBatch) {
   const std::string model = chain_model("relu_chain_batch", 2, "torch.relu(x * self.w)", {256});

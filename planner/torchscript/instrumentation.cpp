@@ -32,7 +32,8 @@ struct Unit {
 struct HookedClass {
   c10::ClassTypePtr type;
   torch::jit::GraphFunction* forward = nullptr;
-  std::string first_unit;  // for messages
+  std::string first_unit;     // for messages
+  bool checkpointed = false;  // some instance is: forward also reports its arguments
 };
 
 bool is_tensor(const c10::TypePtr& type) {
@@ -117,6 +118,23 @@ bool already_compiled(torch::jit::GraphFunction& fn) {
   return !fresh;
 }
 
+// Arguments a recompute can re-create: tensors, values without tensors, and lists, tuples and
+// optionals of those.
+bool recomputable_argument(const c10::TypePtr& type) {
+  if (is_tensor(type) || !may_hold_tensor(type)) return true;
+  if (auto optional = type->cast<c10::OptionalType>()) {
+    return recomputable_argument(optional->getElementType());
+  }
+  if (auto list = type->cast<c10::ListType>()) return recomputable_argument(list->getElementType());
+  if (auto tuple = type->cast<c10::TupleType>()) {
+    for (const c10::TypePtr& element : tuple->elements()) {
+      if (!recomputable_argument(element)) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
 // Inserts `op(unit, [tensors])` and returns the tensors it gives back, in order.
 std::vector<Value*> call_unit_op(Graph& graph, const char* op, Value* unit,
                                  const std::vector<Value*>& tensors) {
@@ -157,19 +175,27 @@ Value* exit_value(Graph& graph, Value* unit, Value* out) {
 }
 
 // forward(self, ...): unit = self._mfsdp_unit; the tensor arguments go through unit_enter
-// before anything reads them, the returned tensors through unit_exit.
-void hook_forward(Graph& graph) {
+// before anything reads them, the returned tensors through unit_exit. With `report_call`,
+// unit_call(unit, self, (arguments...)) comes first, for a checkpointed unit's recompute.
+void hook_forward(Graph& graph, bool report_call) {
   Value* self = graph.inputs().at(0);
   Value* unit = nullptr;
   {
-    torch::jit::WithInsertPoint at_entry(graph.param_node()->next());
-    unit = graph.insertGetAttr(self, kUnitAttribute);
+    // The tensor arguments' uses, before unit_enter (and unit_call's tuple, which keeps the
+    // arguments as given) become uses themselves.
     std::vector<Value*> tensors;
     std::vector<std::vector<torch::jit::Use>> uses;
     for (Value* input : graph.inputs().slice(1)) {
       if (!is_tensor(input->type())) continue;
       tensors.push_back(input);
-      uses.push_back(input->uses());  // before unit_enter becomes a use itself
+      uses.push_back(input->uses());
+    }
+    torch::jit::WithInsertPoint at_entry(graph.param_node()->next());
+    unit = graph.insertGetAttr(self, kUnitAttribute);
+    if (report_call) {
+      Value* args = graph.insertNode(graph.createTuple(graph.inputs().slice(1).vec()))->output();
+      graph.insertNode(graph.create(c10::Symbol::fromQualString(kUnitCallOp), {unit, self, args},
+                                    /*num_outputs=*/0));
     }
     const std::vector<Value*> entered = call_unit_op(graph, kUnitEnterOp, unit, tensors);
     for (size_t i = 0; i < tensors.size(); ++i) {
@@ -208,13 +234,46 @@ void reject_instrumented(const torch::jit::Module& model) {
   }
 }
 
+// A checkpointed unit holds no other unit, and its forward's arguments can be re-created.
+void check_checkpointed(const std::vector<Unit>& units, size_t i) {
+  const Unit& unit = units[i];
+  for (const auto& inner : unit.module.named_modules()) {
+    for (const Unit& other : units) {
+      if (other.module._ivalue() == inner.value._ivalue() && &other != &unit) {
+        fail(ExitCode::kPlanning,
+             "unit '" + unit.name + "' is checkpointed but contains unit '" + other.name +
+                 "'; checkpoint units that hold no other unit (e.g. '" + other.name + "')");
+      }
+    }
+  }
+  torch::jit::Function* forward = unit.module.type()->findMethod("forward");
+  if (!forward) return;  // hooked_classes names the problem
+  const std::shared_ptr<Graph> graph = torch::jit::toGraphFunction(*forward).graph();
+  for (Value* input : graph->inputs().slice(1)) {
+    if (recomputable_argument(input->type())) continue;
+    fail(ExitCode::kPlanning,
+         "unit '" + unit.name + "' is checkpointed, but its forward takes '" +
+             input->debugNameBase() + "' of type " + input->type()->annotation_str() +
+             "; a recompute can re-create tensors, lists, tuples and optionals of them, and "
+             "values without tensors: do not checkpoint this unit");
+  }
+}
+
 // The distinct classes of the units, each checked to have a forward whose outputs can be hooked.
-std::vector<HookedClass> hooked_classes(const std::vector<Unit>& units) {
+std::vector<HookedClass> hooked_classes(const std::vector<Unit>& units,
+                                        const std::vector<bool>& checkpointed) {
   std::vector<HookedClass> classes;
-  for (const Unit& unit : units) {
+  for (size_t i = 0; i < units.size(); ++i) {
+    const Unit& unit = units[i];
     const c10::ClassTypePtr& type = unit.module.type();
+    const bool checkpoint = i < checkpointed.size() && checkpointed[i];
+    if (checkpoint) check_checkpointed(units, i);
     auto same_type = [&](const HookedClass& c) { return c.type == type; };
-    if (std::any_of(classes.begin(), classes.end(), same_type)) continue;
+    auto known = std::find_if(classes.begin(), classes.end(), same_type);
+    if (known != classes.end()) {
+      known->checkpointed = known->checkpointed || checkpoint;
+      continue;
+    }
     torch::jit::Function* forward = type->findMethod("forward");
     if (!forward) {
       fail(ExitCode::kPlanning, "unit '" + unit.name + "' (" + class_name(type) +
@@ -229,7 +288,7 @@ std::vector<HookedClass> hooked_classes(const std::vector<Unit>& units) {
                                     "; mfsdp can only hook Tensor, tuples and lists of "
                                     "Tensor outputs");
     }
-    classes.push_back({type, &fn, unit.name});
+    classes.push_back({type, &fn, unit.name, checkpoint});
   }
   return classes;
 }
@@ -273,15 +332,18 @@ void tag_instances(const torch::jit::Module& model, const std::vector<Unit>& uni
 
 }  // namespace
 
-void instrument_units(torch::jit::Module& model, const std::vector<std::string>& unit_paths) {
+void instrument_units(torch::jit::Module& model, const std::vector<std::string>& unit_paths,
+                      const std::vector<bool>& checkpointed) {
   // Everything is checked before anything changes, so a rejected model stays as it was.
   const std::vector<Unit> units = find_units(model, unit_paths);
   reject_instrumented(model);
-  const std::vector<HookedClass> classes = hooked_classes(units);
+  const std::vector<HookedClass> classes = hooked_classes(units, checkpointed);
   reject_compiled(model, classes);
 
   tag_instances(model, units, classes);
-  for (const HookedClass& hooked : classes) hook_forward(*hooked.forward->graph());
+  for (const HookedClass& hooked : classes) {
+    hook_forward(*hooked.forward->graph(), hooked.checkpointed);
+  }
 }
 
 }  // namespace mfsdp::planner

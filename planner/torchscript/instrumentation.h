@@ -22,6 +22,13 @@ namespace mfsdp::planner {
 // before changing anything, for a path that names no module (or the same instance twice), a
 // unit without forward (a ModuleList), a second call on one model, and a model whose forward,
 // or a unit class's forward, has already run.
-void instrument_units(torch::jit::Module& model, const std::vector<std::string>& unit_paths);
+//
+// `checkpointed[i]` (missing: false) lets unit i run under activation checkpointing when the
+// hooks ask for it (UnitHooks::checkpointed, planner/torchscript/unit_checkpoint.h): its
+// class's forward then also reports its arguments (mfsdp::unit_call). Error(kPlanning) when
+// such a unit contains another unit, or its forward takes an argument a recompute cannot
+// re-create (a dict or an object).
+void instrument_units(torch::jit::Module& model, const std::vector<std::string>& unit_paths,
+                      const std::vector<bool>& checkpointed = {});
 
 }  // namespace mfsdp::planner

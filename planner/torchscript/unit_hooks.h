@@ -21,10 +21,19 @@ class UnitHooks {
   // entry, or nullptr to leave them: a unit gathered in a lower precision computes in it, as
   // FSDP2's MixedPrecisionPolicy does. Their gradients are cast back on the way out.
   virtual const char* input_dtype(int /*unit*/) { return nullptr; }
+  // Whether the unit's forward runs under activation checkpointing (planner/torchscript/
+  // unit_checkpoint.h): nothing saved for backward inside it, recomputed when backward reaches
+  // it, after its pre_backward. Only units instrument_units was told to checkpoint can be.
+  virtual bool checkpointed(int /*unit*/) { return false; }
 };
 
 // Installs the hooks the instrumented graphs call, process-wide (nullptr: none; the operators
 // then only pass their tensors through). Returns the previous ones.
 UnitHooks* set_unit_hooks(UnitHooks* hooks);
+
+// After a forward that threw: closes the checkpointed calls it left open on this thread,
+// restoring grad mode as it was when the first began. Whoever runs an instrumented forward
+// calls it when the forward fails.
+void abandon_checkpointed_calls();
 
 }  // namespace mfsdp::planner

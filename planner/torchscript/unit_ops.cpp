@@ -8,12 +8,14 @@
 #include <torch/library.h>
 
 #include "planner/torchscript/torch_model.h"
+#include "planner/torchscript/unit_checkpoint.h"
 #include "planner/torchscript/unit_hooks.h"
 
 namespace mfsdp::planner {
 
 const char* const kUnitEnterOp = "mfsdp::unit_enter";
 const char* const kUnitExitOp = "mfsdp::unit_exit";
+const char* const kUnitCallOp = "mfsdp::unit_call";
 
 namespace {
 
@@ -22,9 +24,17 @@ using torch::autograd::variable_list;
 
 std::atomic<UnitHooks*> installed_hooks{nullptr};
 
+}  // namespace
+
 // Instances of a unit's class that are not units carry id -1 and report nothing.
-UnitHooks* hooks_for(int64_t unit) {
+UnitHooks* installed_hooks_for(int64_t unit) {
   return unit < 0 ? nullptr : installed_hooks.load();
+}
+
+namespace {
+
+UnitHooks* hooks_for(int64_t unit) {
+  return installed_hooks_for(unit);
 }
 
 // Backward returns one gradient per forward argument: none for the unit id, then the
@@ -103,17 +113,36 @@ struct UnitExit : torch::autograd::Function<UnitExit> {
   }
 };
 
+// Floating inputs cast to the unit's compute dtype (`cast` >= 0) outside autograd.
+std::vector<at::Tensor> cast_plainly(at::TensorList inputs, int64_t cast) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : inputs) {
+    out.push_back(cast >= 0 && t.is_floating_point() ? t.to(static_cast<c10::ScalarType>(cast))
+                                                     : t);
+  }
+  return out;
+}
+
+// A recompute (unit_checkpoint.h) re-runs the unit's forward: no hooks, the same cast.
 std::vector<at::Tensor> unit_enter_autograd(int64_t unit, at::TensorList inputs) {
   UnitHooks* hooks = hooks_for(unit);
   if (!hooks) return inputs.vec();
+  if (checkpoint::recomputing(unit)) return UnitEnter::apply(unit, input_cast(hooks, unit), inputs);
   hooks->pre_forward(static_cast<int>(unit));
+  // A checkpointed call's forward runs without autograd, casts included.
+  if (checkpoint::begin(unit)) return cast_plainly(inputs, input_cast(hooks, unit));
   return UnitEnter::apply(unit, input_cast(hooks, unit), inputs);
 }
 
 std::vector<at::Tensor> unit_exit_autograd(int64_t unit, at::TensorList outputs) {
   UnitHooks* hooks = hooks_for(unit);
   if (!hooks) return outputs.vec();
-  std::vector<at::Tensor> aliases = UnitExit::apply(unit, outputs);
+  if (checkpoint::recomputing(unit)) {
+    checkpoint::capture(unit, outputs);
+    return outputs.vec();
+  }
+  std::optional<std::vector<at::Tensor>> linked = checkpoint::end(unit, outputs);
+  std::vector<at::Tensor> aliases = linked ? std::move(*linked) : UnitExit::apply(unit, outputs);
   hooks->post_forward(static_cast<int>(unit));
   return aliases;
 }
@@ -123,19 +152,29 @@ std::vector<at::Tensor> unit_exit_autograd(int64_t unit, at::TensorList outputs)
 std::vector<at::Tensor> unit_enter_plain(int64_t unit, at::TensorList inputs) {
   UnitHooks* hooks = hooks_for(unit);
   if (!hooks) return inputs.vec();
-  hooks->pre_forward(static_cast<int>(unit));
-  const int64_t cast = input_cast(hooks, unit);
-  std::vector<at::Tensor> out;
-  for (const at::Tensor& t : inputs) {
-    out.push_back(cast >= 0 && t.is_floating_point() ? t.to(static_cast<c10::ScalarType>(cast))
-                                                     : t);
+  if (!checkpoint::recomputing(unit)) {
+    hooks->pre_forward(static_cast<int>(unit));
+    checkpoint::begin(unit);
   }
-  return out;
+  return cast_plainly(inputs, input_cast(hooks, unit));
 }
 
 std::vector<at::Tensor> unit_exit_plain(int64_t unit, at::TensorList outputs) {
-  if (UnitHooks* hooks = hooks_for(unit)) hooks->post_forward(static_cast<int>(unit));
-  return outputs.vec();
+  UnitHooks* hooks = hooks_for(unit);
+  if (!hooks) return outputs.vec();
+  if (checkpoint::recomputing(unit)) {
+    checkpoint::capture(unit, outputs);
+    return outputs.vec();
+  }
+  std::optional<std::vector<at::Tensor>> linked = checkpoint::end(unit, outputs);
+  hooks->post_forward(static_cast<int>(unit));
+  return linked ? std::move(*linked) : outputs.vec();
+}
+
+// Ahead of unit_enter in the forward of a class with a checkpointed unit: the call's module
+// and arguments, for the recompute.
+void unit_call(int64_t unit, const c10::IValue& self, const c10::IValue& args) {
+  if (UnitHooks* hooks = hooks_for(unit)) checkpoint::on_call(*hooks, unit, self, args);
 }
 
 }  // namespace
@@ -154,6 +193,8 @@ TORCH_LIBRARY_FRAGMENT(mfsdp, m) {
                       c10::AliasAnalysisKind::CONSERVATIVE));
   m.def(torch::schema("mfsdp::unit_exit(int unit, Tensor[] outputs) -> Tensor[]",
                       c10::AliasAnalysisKind::CONSERVATIVE));
+  m.def(torch::schema("mfsdp::unit_call(int unit, Any self, Any args) -> ()",
+                      c10::AliasAnalysisKind::CONSERVATIVE));
 }
 
 TORCH_LIBRARY_IMPL(mfsdp, Autograd, m) {
@@ -165,4 +206,5 @@ TORCH_LIBRARY_IMPL(mfsdp, Autograd, m) {
 TORCH_LIBRARY_IMPL(mfsdp, CompositeExplicitAutograd, m) {
   m.impl("unit_enter", TORCH_FN(mfsdp::planner::unit_enter_plain));
   m.impl("unit_exit", TORCH_FN(mfsdp::planner::unit_exit_plain));
+  m.impl("unit_call", TORCH_FN(mfsdp::planner::unit_call));
 }

@@ -9,5 +9,8 @@ namespace mfsdp::planner {
 extern const char* const kUnitEnterOp;
 // mfsdp::unit_exit(int unit, Tensor[] outputs) -> Tensor[]
 extern const char* const kUnitExitOp;
+// mfsdp::unit_call(int unit, Any self, Any args) -> (): ahead of unit_enter in the forward of
+// a class with a checkpointed unit, the module and its arguments as a tuple.
+extern const char* const kUnitCallOp;
 
 }  // namespace mfsdp::planner

@@ -92,8 +92,11 @@ struct Unit {
   bool conditional = false;         // a call sits under prim::If
   bool repeated = false;            // a call sits under prim::Loop
   bool kept_after_forward = false;  // not resharded after forward (first needed in backward)
-  int64_t unsharded_bytes = 0;      // gathered size, in compute dtype, all groups
-  int64_t sharded_bytes = 0;        // per rank, in storage dtype, all groups
+  // Activation checkpointing: its forward keeps nothing for backward and is recomputed at its
+  // pre_backward, after that entry's waits. Written only when true.
+  bool checkpoint = false;
+  int64_t unsharded_bytes = 0;  // gathered size, in compute dtype, all groups
+  int64_t sharded_bytes = 0;    // per rank, in storage dtype, all groups
   std::vector<Group> groups;
   std::vector<BufferInfo> buffers;  // recorded, not sharded
 };

@@ -450,6 +450,7 @@ class Differ {
     unit_field("conditional", text_of(a.conditional), text_of(b.conditional));
     unit_field("repeated", text_of(a.repeated), text_of(b.repeated));
     unit_field("kept_after_forward", text_of(a.kept_after_forward), text_of(b.kept_after_forward));
+    unit_field("checkpoint", text_of(a.checkpoint), text_of(b.checkpoint));
     const auto buffers = [](const Unit& unit) {
       std::vector<std::string> out;
       for (const auto& buffer : unit.buffers) {
@@ -921,6 +922,7 @@ const std::vector<std::string>& diff_field_names() {
       "units.conditional",
       "units.repeated",
       "units.kept_after_forward",
+      "units.checkpoint",
       "units.unsharded_bytes",
       "units.sharded_bytes",
       "units.groups",

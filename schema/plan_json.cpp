@@ -111,6 +111,7 @@ ordered_json to_json(const Unit& unit) {
   j["conditional"] = unit.conditional;
   j["repeated"] = unit.repeated;
   j["kept_after_forward"] = unit.kept_after_forward;
+  if (unit.checkpoint) j["checkpoint"] = true;
   j["unsharded_bytes"] = unit.unsharded_bytes;
   j["sharded_bytes"] = unit.sharded_bytes;
   j["groups"] = array_of(unit.groups);

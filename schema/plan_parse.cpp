@@ -261,6 +261,9 @@ class Reader {
     fields.get("conditional", out.conditional);
     fields.get("repeated", out.repeated);
     fields.get("kept_after_forward", out.kept_after_forward);
+    std::optional<bool> checkpoint;
+    fields.get_optional("checkpoint", checkpoint);
+    out.checkpoint = checkpoint.value_or(false);
     fields.get("unsharded_bytes", out.unsharded_bytes);
     fields.get("sharded_bytes", out.sharded_bytes);
     fields.get("groups", out.groups);

@@ -1,4 +1,5 @@
-// Unit identity and nesting: names, parents, roots and call counts.
+// Unit identity and nesting: names, parents, roots, call counts, and checkpointed units
+// holding no other unit.
 
 #include <algorithm>
 #include "schema/check_context.h"
@@ -64,6 +65,15 @@ void check_units(Context& context) {
     }
     if (unit.call_count < 0) {
       context.report(path + ".call_count", "must be >= 0, got " + std::to_string(unit.call_count));
+    }
+    // A recompute re-runs the unit's forward without hooks: a unit inside would go ungathered.
+    if (unit.parent) {
+      const Unit* parent = context.unit(*unit.parent);
+      if (parent != nullptr && parent->checkpoint) {
+        context.report(path + ".parent",
+                       quote(*unit.parent) + " is checkpointed, so it cannot contain unit " +
+                           quote(unit.name) + "; checkpoint units that hold no other unit");
+      }
     }
   }
 

@@ -42,6 +42,26 @@ TEST(PlanJson, RoundTripGivesIdenticalBytes) {
   EXPECT_EQ(dump_plan(parsed.plan), text);
 }
 
+// `checkpoint` is written only when true, so plans without checkpointing keep their bytes.
+TEST(PlanJson, CheckpointIsWrittenOnlyWhenTrueAndReadBack) {
+  Plan plan = sample_plan();
+  EXPECT_FALSE(sample_doc()["units"][1].contains("checkpoint"));
+  plan.units[1].checkpoint = true;
+  const std::string text = dump_plan(plan);
+  const json doc = json::parse(text);
+  EXPECT_EQ(doc["units"][1]["checkpoint"], true);
+  EXPECT_FALSE(doc["units"][0].contains("checkpoint"));
+  const ParseResult parsed = parse_plan(doc);
+  EXPECT_EQ(problem_lines(parsed.problems), Lines{});
+  EXPECT_TRUE(parsed.plan.units[1].checkpoint);
+  EXPECT_FALSE(parsed.plan.units[0].checkpoint);
+  EXPECT_EQ(dump_plan(parsed.plan), text);
+  json wrong = doc;
+  wrong["units"][1]["checkpoint"] = 1;
+  EXPECT_EQ(parse_problems(wrong),
+            Lines{"units[1].checkpoint: expected a boolean, got an integer"});
+}
+
 TEST(PlanJson, DumpIsDeterministic) {
   EXPECT_EQ(dump_plan(sample_plan()), dump_plan(sample_plan()));
 }

@@ -48,6 +48,18 @@ TEST(UnitCheck, RejectsParentThatDoesNotEncloseTheUnit) {
             Lines{"units[1].parent: 'head' does not enclose 'layers.0' by module path"});
 }
 
+// A recompute re-runs the unit's forward without hooks, so nothing inside may be a unit.
+TEST(UnitCheck, ACheckpointedUnitHoldsNoOtherUnit) {
+  Plan plan = sample_plan();
+  plan.units[1].checkpoint = true;  // layers.0: a leaf unit
+  EXPECT_EQ(check(plan), Lines{});
+  plan.units[0].checkpoint = true;  // <root>: holds layers.0 and layers.1
+  EXPECT_EQ(check(plan), (Lines{"units[1].parent: '<root>' is checkpointed, so it cannot contain "
+                                "unit 'layers.0'; checkpoint units that hold no other unit",
+                                "units[2].parent: '<root>' is checkpointed, so it cannot contain "
+                                "unit 'layers.1'; checkpoint units that hold no other unit"}));
+}
+
 TEST(UnitCheck, ParentIsAPathPrefixNotAStringPrefix) {
   Plan plan = sample_plan();
   plan.units.push_back(idle_unit("layers.10", kRootName));

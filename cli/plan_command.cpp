@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/byte_size.h"
+#include "cli/plan_summary.h"
 #include "cli/whole_number.h"
 #include "planner/scope_file.h"
 #include "planner/sharding_scope.h"
@@ -34,6 +35,8 @@ struct PlanFlags {
   std::string replicate;
   std::vector<std::string> unit_globs;
   std::vector<std::string> unit_types;
+  std::vector<std::string> checkpoint_globs;
+  std::vector<std::string> checkpoint_types;
   bool auto_units = false;
   std::string scope_file;
   std::string param_dtype;
@@ -62,6 +65,11 @@ Examples:
 
   # Every ModuleList element plus the model; prefetch two units ahead, cap gathered memory:
   mfsdp plan gpt.pt --world-size 4 --auto --prefetch 2 --resident-budget 2GiB -o gpt.plan.json
+
+  # Recompute each block's forward in backward instead of keeping its activations
+  # (activation checkpointing); trace a step to see the memory it saves:
+  mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --checkpoint 'layers.*' \
+      --trace-input 2x64:int64
 
   # A long scope kept in a file (format: docs/cli.md):
   mfsdp plan gpt.pt --scope scope.json
@@ -102,87 +110,18 @@ std::vector<planner::UnitSelector> selectors_in_flag_order(const CLI::App& cmd,
   return out;
 }
 
-void print_summary(const schema::Plan& plan, const std::string& model, const std::string& output) {
-  auto& err = std::cerr;
-  auto join = [](const std::vector<std::string>& items, const char* sep) {
-    std::string out;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (i == 16 && items.size() > 20) {
-        out += std::string(sep) + "... (" + std::to_string(items.size() - 16) + " more)";
-        break;
-      }
-      out += (i ? sep : "") + items[i];
-    }
-    return out;
-  };
-  err << "mfsdp plan: " << model << " -> " << output << "\n";
-  err << "  mesh         world " << plan.mesh.world_size << " = shard " << plan.mesh.shard_size
-      << " x replicate " << plan.mesh.replicate_size << "\n";
-  err << "  units        " << plan.units.size() << " (roots: " << join(plan.roots, ", ") << ")\n";
-  err << "  forward      " << join(plan.forward_order, " > ") << "\n";
-  err << "  backward     " << join(plan.backward_order, " > ") << "\n";
-  if (plan.trace) {
-    const auto& differs = plan.trace->differs_from_static;
-    err << "  trace        " << join(plan.trace->inputs, ", ") << " ("
-        << (differs.empty() ? "same calls and orders as the static estimate"
-                            : "differs from the static estimate in " + join(differs, ", "))
-        << ")\n";
+// --checkpoint and --checkpoint-type, for planner::checkpointed_units.
+std::vector<planner::UnitSelector> checkpoint_selectors(const PlanFlags& flags) {
+  std::vector<planner::UnitSelector> out;
+  for (const std::string& glob : flags.checkpoint_globs) {
+    out.emplace_back(planner::UnitSelector::Kind::kPath, glob);
+    out.back().flag = "--checkpoint";
   }
-  if (plan.training) {
-    err << "  training     " << schema::training_to_json(*plan.training).dump() << "\n";
+  for (const std::string& type : flags.checkpoint_types) {
+    out.emplace_back(planner::UnitSelector::Kind::kType, type);
+    out.back().flag = "--checkpoint-type";
   }
-  err << "  per rank     params " << format_bytes(plan.memory.sharded_param_bytes) << ", grads "
-      << format_bytes(plan.memory.sharded_grad_bytes) << " (sharded)\n";
-  err << "  peak         " << format_bytes(plan.memory.peak_unsharded_bytes) << " unsharded at "
-      << plan.memory.peak_at << "; " << plan.memory.slots.size()
-      << (plan.memory.slots.size() == 1 ? " slot, " : " slots, ")
-      << format_bytes(plan.memory.slot_bytes) << "\n";
-  if (const auto& a = plan.memory.activations) {
-    err << "  activations  " << format_bytes(a->peak_bytes) << " at " << a->peak_at << " for "
-        << a->microbatch << (a->microbatch == 1 ? " sample; " : " samples; ")
-        << format_bytes(a->combined_peak_bytes) << " with params, grads and slots\n";
-  }
-  err << "  per step     all-gather " << format_bytes(plan.communication.all_gather_bytes) << " ("
-      << plan.communication.all_gather_count << "), reduce-scatter "
-      << format_bytes(plan.communication.reduce_scatter_bytes) << " ("
-      << plan.communication.reduce_scatter_count << ")\n";
-  err << "  diagnostics  " << plan.diagnostics.size() << "\n";
-  const size_t shown = std::min<size_t>(plan.diagnostics.size(), 20);
-  for (size_t i = 0; i < shown; ++i) {
-    const auto& d = plan.diagnostics[i];
-    err << "    " << d.severity << " " << d.code << ": " << d.message << "\n";
-  }
-  if (shown < plan.diagnostics.size()) {
-    err << "    ... " << plan.diagnostics.size() - shown << " more in the plan's diagnostics\n";
-  }
-}
-
-void print_json_summary(const schema::Plan& plan, const std::string& output) {
-  nlohmann::ordered_json s;
-  s["output"] = output;
-  s["units"] = plan.units.size();
-  s["roots"] = plan.roots;
-  s["forward_order"] = plan.forward_order;
-  s["backward_order"] = plan.backward_order;
-  s["sharded_param_bytes"] = plan.memory.sharded_param_bytes;
-  s["sharded_grad_bytes"] = plan.memory.sharded_grad_bytes;
-  s["peak_unsharded_bytes"] = plan.memory.peak_unsharded_bytes;
-  s["peak_at"] = plan.memory.peak_at;
-  s["slot_bytes"] = plan.memory.slot_bytes;
-  s["all_gather_bytes"] = plan.communication.all_gather_bytes;
-  s["reduce_scatter_bytes"] = plan.communication.reduce_scatter_bytes;
-  nlohmann::ordered_json counts = {{"info", 0}, {"warning", 0}, {"error", 0}};
-  for (const auto& d : plan.diagnostics) counts[d.severity] = counts[d.severity].get<int>() + 1;
-  s["diagnostics"] = counts;
-  if (const auto& a = plan.memory.activations) {
-    s["activation_peak_bytes"] = a->peak_bytes;
-    s["activation_microbatch"] = a->microbatch;
-  }
-  if (plan.trace) {
-    s["trace"] = {{"inputs", plan.trace->inputs},
-                  {"differs_from_static", plan.trace->differs_from_static}};
-  }
-  std::cout << s.dump(2) << "\n";
+  return out;
 }
 
 const std::string kPrefetchRange = "0 (no prefetch) or more, up to 9223372036854775807";
@@ -308,20 +247,23 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
     trace_inputs.push_back(planner::parse_trace_input(spec));
   }
   planner::ShardedModel model = planner::ShardedModel::load(flags.model);
-  std::vector<int> modules;
-  if (flags.auto_units) {
-    modules = planner::auto_units(model.ir());
-  } else {
-    modules = planner::select_units(
-        model.ir(), has_scope_file ? scope_file.units : selectors_in_flag_order(cmd, flags));
+  std::vector<planner::UnitSelector> selectors;
+  if (!flags.auto_units) {
+    selectors = has_scope_file ? scope_file.units : selectors_in_flag_order(cmd, flags);
   }
+  const std::vector<int> modules = flags.auto_units ? planner::auto_units(model.ir())
+                                                    : planner::select_units(model.ir(), selectors);
+  const std::vector<bool> checkpoint =
+      planner::checkpointed_units(model.ir(), modules, selectors, checkpoint_selectors(flags));
   planner::ShardingScope scope(model, mesh, policy);
-  for (int m : modules) scope.fully_shard(model.ir().modules[m].path);
+  for (size_t u = 0; u < modules.size(); ++u) {
+    scope.fully_shard(model.ir().modules[modules[u]].path, {checkpoint[u]});
+  }
   if (!trace_inputs.empty()) {
     std::vector<std::string> unit_paths;
     for (int m : modules) unit_paths.push_back(model.ir().modules[m].path);
-    scope.use_trace(
-        planner::trace_units(flags.model, unit_paths, trace_inputs, policy.param_dtype));
+    scope.use_trace(planner::trace_units(flags.model, unit_paths, trace_inputs, policy.param_dtype,
+                                         checkpoint));
   }
   schema::Plan plan = scope.finalize();
   plan.training =
@@ -365,6 +307,13 @@ void add_plan_command(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_option("--unit-type", flags->unit_types,
                   "fully_shard every module of this class, e.g. Block (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--checkpoint", flags->checkpoint_globs,
+                  "Activation checkpointing for the units matching this path glob: their "
+                  "forward keeps no activations and is recomputed in backward (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--checkpoint-type", flags->checkpoint_types,
+                  "Activation checkpointing for every unit of this class (repeatable)")
       ->allow_extra_args(false);
   cmd->add_flag("--auto", flags->auto_units,
                 "fully_shard every element of every ModuleList, then the model");

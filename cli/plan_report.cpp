@@ -309,6 +309,7 @@ std::vector<std::string> unit_flags(const schema::Unit& unit) {
   std::vector<std::string> flags;
   if (unit.root) flags.push_back("root");
   if (unit.kept_after_forward) flags.push_back("kept");
+  if (unit.checkpoint) flags.push_back("checkpoint");
   if (unit.conditional) flags.push_back("conditional");
   if (unit.repeated) flags.push_back("repeated");
   const bool frozen = std::any_of(unit.groups.begin(), unit.groups.end(),

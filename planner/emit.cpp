@@ -41,6 +41,7 @@ schema::Plan emit_plan(const PlanIR& ir) {
     out.conditional = in.conditional;
     out.repeated = in.repeated;
     out.kept_after_forward = in.kept_after_forward;
+    out.checkpoint = in.checkpoint;
     out.unsharded_bytes = in.unsharded_bytes;
     out.sharded_bytes = in.sharded_bytes;
     out.groups = in.groups;

@@ -23,6 +23,7 @@ struct UnitIR {
   bool conditional = false;
   bool repeated = false;
   bool kept_after_forward = false;
+  bool checkpoint = false;  // activation checkpointing, as registered
   std::vector<schema::Group> groups;
   int64_t unsharded_bytes = 0;
   int64_t sharded_bytes = 0;

@@ -125,11 +125,18 @@ ScopeFile read_scope_file(const std::string& path) {
     if (calls[i].is_string()) {
       out.units.push_back({UnitSelector::Kind::kPath, calls[i].get<std::string>(), source});
     } else {
-      r.only_keys(calls[i], where, {"module", "type"});
-      if (calls[i].size() != 1) r.bad(where, "give exactly one of \"module\" or \"type\"");
+      r.only_keys(calls[i], where, {"module", "type", "checkpoint"});
       const bool is_type = calls[i].contains("type");
-      out.units.push_back({is_type ? UnitSelector::Kind::kType : UnitSelector::Kind::kPath,
-                           r.string(calls[i].begin().value(), where), source});
+      if (is_type == calls[i].contains("module")) {
+        r.bad(where, "give exactly one of \"module\" or \"type\"");
+      }
+      const char* key = is_type ? "type" : "module";
+      UnitSelector selector(is_type ? UnitSelector::Kind::kType : UnitSelector::Kind::kPath,
+                            r.string(calls[i][key], where), source);
+      if (calls[i].contains("checkpoint")) {
+        selector.checkpoint = r.boolean(calls[i]["checkpoint"], where + ".checkpoint");
+      }
+      out.units.push_back(std::move(selector));
     }
   }
   if (doc.contains("training")) {

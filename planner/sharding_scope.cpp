@@ -51,7 +51,7 @@ void ShardingScope::close() {
   if (active_scope == this) active_scope = nullptr;
 }
 
-void ShardingScope::fully_shard(const std::string& path) {
+void ShardingScope::fully_shard(const std::string& path, UnitOptions options) {
   const std::string name = display_name(path == schema::kRootName ? "" : path);
   if (finalized_) {
     fail(ExitCode::kPlanning, "fully_shard('" + name +
@@ -92,6 +92,7 @@ void ShardingScope::fully_shard(const std::string& path) {
   }
   model_.unit_scope_[module] = id_;
   units_.push_back(module);
+  checkpoint_.push_back(options.checkpoint);
 }
 
 void ShardingScope::use_trace(TracedRun run) {
@@ -116,16 +117,29 @@ schema::Plan ShardingScope::finalize() {
   ir.mesh = mesh_;
   ir.policy = policy_;
   std::vector<std::string> paths;
-  for (int m : units_) {
+  for (size_t u = 0; u < units_.size(); ++u) {
     UnitIR unit;
-    unit.module = m;
+    unit.module = units_[u];
+    unit.checkpoint = checkpoint_[u];
     ir.units.push_back(unit);
-    paths.push_back(model_.ir_.modules[m].path);
+    paths.push_back(model_.ir_.modules[units_[u]].path);
   }
   if (trace_ && trace_->units != paths) {
     fail(ExitCode::kPlanning,
          "the trace was recorded for other units than the scope registered, or in another "
          "order; trace the registered units, in registration order");
+  }
+  const auto traced_checkpoint = [&](size_t u) {
+    return u < trace_->checkpointed.size() && trace_->checkpointed[u];
+  };
+  bool same_checkpoints = true;
+  for (size_t u = 0; trace_ && u < units_.size(); ++u) {
+    same_checkpoints = same_checkpoints && traced_checkpoint(u) == checkpoint_[u];
+  }
+  if (!same_checkpoints) {
+    fail(ExitCode::kPlanning,
+         "the trace checkpointed other units than the scope registers as checkpointed; trace "
+         "with the scope's checkpointed units");
   }
   ir.traced_run = trace_;
   link_units(ir);
@@ -141,12 +155,12 @@ schema::Plan ShardingScope::finalize() {
   return plan;
 }
 
-void fully_shard(const std::string& path) {
+void fully_shard(const std::string& path, UnitOptions options) {
   if (!active_scope) {
     fail(ExitCode::kPlanning, "fully_shard('" + display_name(path) +
                                   "') outside a sharding scope; open a ShardingScope first");
   }
-  active_scope->fully_shard(path);
+  active_scope->fully_shard(path, options);
 }
 
 }  // namespace mfsdp::planner

@@ -19,6 +19,13 @@
 
 namespace mfsdp::planner {
 
+// Per-unit choices of a fully_shard call.
+struct UnitOptions {
+  // Activation checkpointing: the unit's forward keeps nothing for backward, which recomputes
+  // it (planner/torchscript/unit_checkpoint.h). The unit may hold no other unit.
+  bool checkpoint = false;
+};
+
 class ShardingScope {
  public:
   // Opens the scope on this thread. Throws Error(kPlanning) if another scope is active.
@@ -31,13 +38,15 @@ class ShardingScope {
   // Makes the module at `path` ("" or "<root>" for the model) a unit. Throws Error(kPlanning)
   // after finalize, for an unknown path, a module that already is a unit, or one that contains
   // or sits inside a unit of another scope.
-  void fully_shard(const std::string& path);
+  void fully_shard(const std::string& path, UnitOptions options = {});
   // Plans with the unit order and calls a traced step observed (planner/trace_input.h)
   // instead of the static call graph alone. `run.units` must be the registered units' module
-  // paths in registration order, as finalize() checks. Throws Error(kPlanning) after finalize.
+  // paths in registration order, and its checkpointed flags theirs, as finalize() checks.
+  // Throws Error(kPlanning) after finalize.
   void use_trace(TracedRun run);
   // Runs the planner passes and closes the scope. Throws Error(kPlanning) on a second call,
-  // when no unit was registered, or when the units cannot be planned.
+  // when no unit was registered, or when the units cannot be planned (a checkpointed unit
+  // that contains another unit among them).
   schema::Plan finalize();
 
   const std::vector<int>& units() const { return units_; }
@@ -51,12 +60,13 @@ class ShardingScope {
   schema::Mesh mesh_;
   schema::Policy policy_;
   int id_ = 0;
-  std::vector<int> units_;  // module indices, registration order
+  std::vector<int> units_;        // module indices, registration order
+  std::vector<bool> checkpoint_;  // per unit, registration order
   std::optional<TracedRun> trace_;
   bool finalized_ = false;
 };
 
 // fully_shard on the active scope; Error(kPlanning) when there is none.
-void fully_shard(const std::string& path);
+void fully_shard(const std::string& path, UnitOptions options = {});
 
 }  // namespace mfsdp::planner

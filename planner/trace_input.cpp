@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <limits>
 #include <mutex>
@@ -12,13 +11,13 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include "planner/torchscript/autograd_node.h"
 #include "planner/torchscript/host_memory.h"
 #include "planner/torchscript/instrumentation.h"
 #include "planner/torchscript/torch_model.h"
 #include "planner/torchscript/unit_hooks.h"
-#include "schema/checked_int64.h"
 #include "schema/error.h"
 #include "schema/plan.h"
 
@@ -26,13 +25,6 @@ namespace mfsdp::planner {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-[[noreturn]] void bad_spec(const std::string& spec, const std::string& what) {
-  fail(ExitCode::kUsage, "--trace-input '" + spec + "': " + what +
-                             "; expected SHAPE[:DTYPE] such as 2x64:int64 or 8x3x32x32 "
-                             "(dimensions >= 1 joined by 'x' or ','; the dtype defaults to "
-                             "float32)");
-}
 
 std::string joined(const std::vector<std::string>& items, const std::string& separator) {
   std::string out;
@@ -105,8 +97,13 @@ class Tracer : public UnitHooks {
  public:
   // `gradients`: what the parameters' registrations keep; each pre_backward frees them.
   // `param_dtype`: what the units compute in (input_dtype), or none.
-  Tracer(size_t units, KeptGradients& gradients, const std::optional<std::string>& param_dtype)
-      : open_(units), gradients_(gradients), param_dtype_(param_dtype) {
+  // `checkpointed`: per unit, whether it runs under activation checkpointing.
+  Tracer(size_t units, KeptGradients& gradients, const std::optional<std::string>& param_dtype,
+         std::vector<bool> checkpointed)
+      : open_(units),
+        gradients_(gradients),
+        param_dtype_(param_dtype),
+        checkpointed_(std::move(checkpointed)) {
     run_.forward_ms.assign(units, 0.0);
     run_.backward_ms.assign(units, 0.0);
   }
@@ -161,6 +158,7 @@ class Tracer : public UnitHooks {
   const char* input_dtype(int /*unit*/) override {
     return param_dtype_ ? param_dtype_->c_str() : nullptr;
   }
+  bool checkpointed(int unit) override { return checkpointed_.at(static_cast<size_t>(unit)); }
 
   TracedRun take() { return std::move(run_); }
 
@@ -199,6 +197,7 @@ class Tracer : public UnitHooks {
   Clock::time_point segment_start_;
   KeptGradients& gradients_;
   std::optional<std::string> param_dtype_;
+  std::vector<bool> checkpointed_;
   int64_t base_ = 0;
   TracedBytes* last_ = nullptr;  // the boundary whose interval is open
 };
@@ -381,54 +380,16 @@ auto interpreted(const std::string& what, Step&& step) {
 
 }  // namespace
 
-TraceInput parse_trace_input(const std::string& spec) {
-  TraceInput input;
-  input.spec = spec;
-  const size_t colon = spec.find(':');
-  if (colon != std::string::npos) {
-    input.dtype = spec.substr(colon + 1);
-    const std::vector<std::string>& known = schema::dtype_names();
-    if (std::find(known.begin(), known.end(), input.dtype) == known.end()) {
-      bad_spec(spec,
-               "unknown dtype '" + input.dtype + "' (mfsdp knows " + joined(known, ", ") + ")");
-    }
-  }
-  const std::string shape = spec.substr(0, colon);
-  // Bytes so far; none once past what a 64-bit count holds.
-  std::optional<int64_t> bytes = schema::dtype_size(input.dtype);
-  size_t begin = 0;
-  for (int d = 1;; ++d) {
-    const size_t end = std::min(shape.find_first_of("x,", begin), shape.size());
-    const std::string dim = shape.substr(begin, end - begin);
-    const std::string which = "dimension " + std::to_string(d);
-    if (dim.empty()) bad_spec(spec, which + " is empty");
-    if (dim.find_first_not_of("0123456789") != std::string::npos) {
-      bad_spec(spec, which + " '" + dim + "' is not a whole number");
-    }
-    int64_t size = 0;
-    const bool fits = std::from_chars(dim.data(), dim.data() + dim.size(), size).ec == std::errc();
-    if (fits && size < 1) bad_spec(spec, which + " is 0; every dimension must be at least 1");
-    bytes = fits && bytes ? schema::checked_mul(*bytes, size) : std::nullopt;
-    input.shape.push_back(size);
-    if (end == shape.size()) break;
-    begin = end + 1;
-  }
-  if (!bytes || *bytes > kMaxTraceInputBytes) {
-    fail(ExitCode::kUsage,
-         "--trace-input '" + spec + "' is " + (bytes ? std::to_string(*bytes) : "more than 2^63") +
-             " bytes; an example input holds at most " + std::to_string(kMaxTraceInputBytes) +
-             " bytes (1 GiB), so trace with a smaller batch, e.g. 2x64:int64");
-  }
-  return input;
-}
-
 TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
                       const std::vector<TraceInput>& inputs,
-                      const std::optional<std::string>& param_dtype) {
+                      const std::optional<std::string>& param_dtype,
+                      const std::vector<bool>& checkpointed) {
   host_memory::install();  // before the step's tensors, so that they are counted
   torch::jit::Module model = load_module(model_path);
   check_arguments(model, model_path, inputs);
-  instrument_units(model, unit_paths);
+  std::vector<bool> checkpoints = checkpointed;
+  checkpoints.resize(unit_paths.size(), false);
+  instrument_units(model, unit_paths, checkpoints);
   register_parameters(model, param_dtype);
 
   std::vector<std::string> specs;
@@ -440,17 +401,26 @@ TracedRun trace_units(const std::string& model_path, const std::vector<std::stri
   const std::string on = model_path + ": the traced step on --trace-input " + joined(specs, ", ");
 
   KeptGradients gradients;
-  Tracer tracer(unit_paths.size(), gradients, param_dtype);
+  Tracer tracer(unit_paths.size(), gradients, param_dtype, checkpoints);
   int64_t output_bytes = 0;
   std::string run_loss;
   {
     const InstalledHooks installed(&tracer);
     const KeepingGradients keeping(&gradients);
     const c10::AutoGradMode grad(true);
+    // As in the run (Context::create turns graph optimisation off): the graphs run as
+    // written, so a checkpointed unit's recompute allocates what the run's does.
+    const torch::jit::GraphOptimizerEnabledGuard as_written(false);
     tracer.begin();
     // The outputs stay alive through backward, as in a training loop that holds them.
-    const c10::IValue output =
-        interpreted(on + " failed in forward", [&] { return model.forward(arguments); });
+    const c10::IValue output = interpreted(on + " failed in forward", [&] {
+      try {
+        return model.forward(arguments);
+      } catch (...) {
+        abandon_checkpointed_calls();
+        throw;
+      }
+    });
     tracer.end_forward();
     output_bytes = grad_output_bytes(output);
     const at::Tensor loss = loss_of(output, run_loss);
@@ -467,6 +437,7 @@ TracedRun trace_units(const std::string& model_path, const std::vector<std::stri
   TracedRun run = tracer.take();
   run.inputs = specs;
   run.units = unit_paths;
+  run.checkpointed = checkpoints;
   run.batch = inputs.empty() ? 1 : inputs.front().shape.front();
   run.output_bytes = output_bytes;
   run.loss = run_loss;

@@ -46,6 +46,7 @@ struct TracedBytes {
 struct TracedRun {
   std::vector<std::string> inputs;   // the specs as given
   std::vector<std::string> units;    // unit module paths as instrumented ("" for the model)
+  std::vector<bool> checkpointed;    // per unit: its calls ran checkpointed (missing: false)
   std::vector<TracedEvent> forward;  // every pre_forward and post_forward, in order
   std::vector<int> backward;         // every pre_backward, in order (one per call that got one)
   // Per unit, in milliseconds, not rounded. forward: Σ over its calls of pre_forward to
@@ -84,8 +85,11 @@ struct TracedRun {
 // `param_dtype` (a schema dtype name, none: as stored) is the plan's policy.param_dtype: the
 // floating parameters are cast to it and each unit's floating inputs too, as the executor's
 // mixed precision does, so that the activations are measured in the dtype they will have.
+// Units with `checkpointed[i]` run under activation checkpointing, as in the run, so the
+// memory measured is what they keep and what their recompute in backward needs.
 TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
                       const std::vector<TraceInput>& inputs,
-                      const std::optional<std::string>& param_dtype = std::nullopt);
+                      const std::optional<std::string>& param_dtype = std::nullopt,
+                      const std::vector<bool>& checkpointed = {});
 
 }  // namespace mfsdp::planner

@@ -77,6 +77,7 @@ std::string listing(const std::vector<std::string>& items) {
 
 std::string UnitSelector::origin() const {
   if (!source.empty()) return source + " '" + pattern + "'";
+  if (!flag.empty()) return flag + " '" + pattern + "'";
   return (kind == Kind::kPath ? "--unit '" : "--unit-type '") + pattern + "'";
 }
 
@@ -112,6 +113,43 @@ std::vector<int> select_units(const ModelIR& model, const std::vector<UnitSelect
     if (!any) fail_no_match(model, selector);
   }
   return picked;
+}
+
+namespace {
+
+bool selects(const ModelIR& model, const UnitSelector& selector, int m) {
+  return selector.kind == UnitSelector::Kind::kPath
+             ? path_matches(selector.pattern, model.modules[m].path)
+             : type_matches(selector.pattern, model.modules[m].type);
+}
+
+}  // namespace
+
+std::vector<bool> checkpointed_units(const ModelIR& model, const std::vector<int>& units,
+                                     const std::vector<UnitSelector>& unit_selectors,
+                                     const std::vector<UnitSelector>& checkpoint) {
+  std::vector<bool> out(units.size(), false);
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (const UnitSelector& s : unit_selectors) {
+      if (s.checkpoint && selects(model, s, units[u])) out[u] = true;
+    }
+  }
+  for (const UnitSelector& s : checkpoint) {
+    bool any = false;
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (!selects(model, s, units[u])) continue;
+      out[u] = true;
+      any = true;
+    }
+    if (any) continue;
+    std::vector<std::string> names;
+    for (int m : units) names.push_back(display_name(model.modules[m].path));
+    fail(ExitCode::kPlanning, s.origin() +
+                                  " matches no unit; only units can be checkpointed, "
+                                  "and the units are: " +
+                                  listing(names) + " (make the module a unit with --unit too)");
+  }
+  return out;
 }
 
 std::vector<int> auto_units(const ModelIR& model) {

@@ -16,7 +16,9 @@ struct UnitSelector {
 
   Kind kind = Kind::kPath;
   std::string pattern;
-  std::string source;  // where it was written, e.g. "scope.json: fully_shard[2]"; "" for flags
+  std::string source;       // where it was written, e.g. "scope.json: fully_shard[2]"; "" for flags
+  std::string flag;         // the flag, when not --unit or --unit-type (e.g. "--checkpoint")
+  bool checkpoint = false;  // a scope file's "checkpoint": true, for the units it selects
   // How the user wrote it, for messages: "--unit 'layers.*'", "scope.json: fully_shard[2] 'x'".
   std::string origin() const;
 };
@@ -30,6 +32,14 @@ bool type_matches(const std::string& pattern, const std::string& type);
 // Module indices to register, in selector order and, within a selector, definition order.
 // Throws Error(kPlanning) when a selector matches nothing or two selectors pick one module.
 std::vector<int> select_units(const ModelIR& model, const std::vector<UnitSelector>& selectors);
+
+// Which of `units` (module indices, as select_units returns them) to checkpoint: those a
+// selector with `checkpoint` picked, and those `checkpoint` (--checkpoint, --checkpoint-type)
+// matches. Throws Error(kPlanning) when one of `checkpoint` matches none of the units, naming
+// the units.
+std::vector<bool> checkpointed_units(const ModelIR& model, const std::vector<int>& units,
+                                     const std::vector<UnitSelector>& unit_selectors,
+                                     const std::vector<UnitSelector>& checkpoint);
 
 // --auto: every element of every ModuleList, then the model itself.
 std::vector<int> auto_units(const ModelIR& model);

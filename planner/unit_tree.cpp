@@ -1,5 +1,6 @@
 // link_units: where each unit sits among the others.
 #include "planner/passes.h"
+#include "schema/error.h"
 
 namespace mfsdp::planner {
 
@@ -20,6 +21,15 @@ void link_units(PlanIR& ir) {
     }
     unit.root = unit.parent == -1;
     if (unit.root) ir.roots.push_back(static_cast<int>(u));
+  }
+  // A recompute re-runs a checkpointed unit's forward without hooks: no unit may be inside.
+  for (const UnitIR& unit : ir.units) {
+    if (unit.parent != -1 && ir.units[unit.parent].checkpoint) {
+      const std::string& outer = ir.units[unit.parent].name;
+      fail(ExitCode::kPlanning,
+           "unit '" + outer + "' is checkpointed but contains unit '" + unit.name +
+               "'; checkpoint units that hold no other unit (e.g. '" + unit.name + "')");
+    }
   }
 }
 

@@ -42,6 +42,7 @@ c10::IValue Context::forward(std::vector<c10::IValue> inputs) {
   try {
     return impl_->module.forward(std::move(inputs));
   } catch (...) {
+    planner::abandon_checkpointed_calls();
     if (impl_->pending_error) std::rethrow_exception(impl_->pending_error);
     throw;
   }

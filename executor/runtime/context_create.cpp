@@ -142,10 +142,12 @@ void shard_parameters(Impl& impl) {
 // hooks' receiver.
 void instrument(Impl& impl) {
   std::vector<std::string> unit_paths;
+  std::vector<bool> checkpointed;
   for (const schema::Unit& unit : impl.plan.units) {
     unit_paths.push_back(unit.name == schema::kRootName ? "" : unit.name);
+    checkpointed.push_back(unit.checkpoint);
   }
-  planner::instrument_units(impl.module, unit_paths);
+  planner::instrument_units(impl.module, unit_paths, checkpointed);
   impl.cursor = std::make_unique<ScheduleCursor>(impl.plan);
   impl.rs_order = std::make_unique<ReduceScatterOrder>(impl.plan);
   impl.previous_hooks = planner::set_unit_hooks(&impl);

@@ -102,6 +102,7 @@ struct Context::Impl : planner::UnitHooks {
   const char* input_dtype(int u) override;
   void post_forward(int u) override;
   void pre_backward(int u) override;
+  bool checkpointed(int u) override { return units[u].plan->checkpoint; }
 
   // The bookkeeping of a microbatch's (or an evaluation's) start: counters, cursor.
   void begin_microbatch();

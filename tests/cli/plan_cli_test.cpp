@@ -328,6 +328,100 @@ TEST(PlanCli, ParametersOutsideEveryUnitAreRefused) {
                        "unit that contains them, e.g. --unit '<root>'");
 }
 
+// --checkpoint and --checkpoint-type mark units for activation checkpointing; a traced plan
+// measures what that saves.
+TEST(PlanCli, CheckpointMarksUnitsAndTheTraceMeasuresTheSaving) {
+  const std::string plain = temp_path("ckpt_plain.plan.json");
+  const std::string ckpt = temp_path("ckpt.plan.json");
+  const std::string by_type = temp_path("ckpt_type.plan.json");
+  const std::vector<std::string> common = {"plan",          "tests/fixtures/tied_lm.pt",
+                                           "--world-size",  "2",
+                                           "--unit",        "layers.*",
+                                           "--unit",        "<root>",
+                                           "--trace-input", "4x64:int64"};
+  auto with = [&](std::vector<std::string> extra, const std::string& out) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"-o", out});
+    return mfsdp(args);
+  };
+  const RunResult r0 = with({}, plain);
+  ASSERT_EQ(r0.exit_code, 0) << r0.err;
+  const RunResult r1 = with({"--checkpoint", "layers.*"}, ckpt);
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  EXPECT_NE(r1.err.find("  checkpoint   layers.0, layers.1 (recomputed in backward)\n"),
+            std::string::npos)
+      << r1.err;
+  const RunResult r2 = with({"--checkpoint-type", "Block"}, by_type);
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+
+  const auto p0 = nlohmann::json::parse(read_file(plain));
+  const auto p1 = nlohmann::json::parse(read_file(ckpt));
+  for (const auto& unit : p1["units"]) {
+    EXPECT_EQ(unit.value("checkpoint", false), unit["name"] != "<root>") << unit["name"];
+  }
+  for (const auto& unit : p0["units"]) EXPECT_FALSE(unit.contains("checkpoint"));
+  // The same units by class; the schedule and the gathered memory do not change.
+  EXPECT_EQ(nlohmann::json::parse(read_file(by_type))["units"], p1["units"]);
+  EXPECT_EQ(p1["schedule"], p0["schedule"]);
+  EXPECT_EQ(p1["memory"]["peak_unsharded_bytes"], p0["memory"]["peak_unsharded_bytes"]);
+  // Each block keeps about its input instead of its activations, so the peak drops.
+  const auto saved = [](const nlohmann::json& plan, const std::string& unit) {
+    for (const auto& u : plan["memory"]["activations"]["units"]) {
+      if (u["unit"] == unit) return u["saved_bytes"].get<int64_t>();
+    }
+    return int64_t{-1};
+  };
+  EXPECT_LT(saved(p1, "layers.0") * 4, saved(p0, "layers.0"))
+      << saved(p1, "layers.0") << " vs " << saved(p0, "layers.0");
+  EXPECT_LT(p1["memory"]["activations"]["peak_bytes"].get<int64_t>(),
+            p0["memory"]["activations"]["peak_bytes"].get<int64_t>());
+
+  const RunResult valid = mfsdp({"validate", ckpt, "--model", "tests/fixtures/tied_lm.pt"});
+  EXPECT_EQ(valid.exit_code, 0) << valid.out << valid.err;
+  const RunResult shown = mfsdp({"show", ckpt});
+  EXPECT_NE(shown.out.find("root kept"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("checkpoint"), std::string::npos) << shown.out;
+  const RunResult diff = mfsdp({"diff", plain, ckpt});
+  EXPECT_NE(diff.out.find("checkpoint"), std::string::npos) << diff.out;
+}
+
+TEST(PlanCli, CheckpointProblemsAreOneLine) {
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
+                        "--unit", "<root>", "--checkpoint", "layers.0.mlp"},
+                       4,
+                       "--checkpoint 'layers.0.mlp' matches no unit; only units can be "
+                       "checkpointed, and the units are: layers.0, layers.1, <root> (make the "
+                       "module a unit with --unit too)");
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
+                        "--unit", "<root>", "--checkpoint-type", "TinyGPT"},
+                       4,
+                       "unit '<root>' is checkpointed but contains unit 'layers.0'; checkpoint "
+                       "units that hold no other unit (e.g. 'layers.0')");
+  const std::string scope = temp_path("scope_checkpoint.json");
+  std::ofstream(scope) << R"({"mesh": {"world_size": 2},
+      "fully_shard": [{"module": "layers.*", "checkpoint": "yes"}, "<root>"]})";
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--scope", scope}, 2,
+                       scope + ": fully_shard[0].checkpoint: expected true or false");
+}
+
+TEST(PlanCli, ScopeFileCheckpointEqualsTheFlag) {
+  const std::string scope = temp_path("scope_ckpt_ok.json");
+  std::ofstream(scope) << R"({"mesh": {"world_size": 2},
+      "fully_shard": [{"type": "Block", "checkpoint": true}, "<root>"]})";
+  const std::string a = temp_path("scope_ckpt_a.plan.json"),
+                    b = temp_path("scope_ckpt_b.plan.json");
+  const RunResult ra =
+      mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--scope", scope, "-o", a, "-q"});
+  ASSERT_EQ(ra.exit_code, 0) << ra.err;
+  const RunResult rb =
+      mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
+             "--unit", "<root>", "--checkpoint", "layers.*", "-o", b, "-q"});
+  ASSERT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(nlohmann::json::parse(read_file(a))["units"],
+            nlohmann::json::parse(read_file(b))["units"]);
+}
+
 const std::vector<std::string> kConditionalUnits = {"--unit", "pre",   "--unit", "branch_*",
                                                     "--unit", "post",  "--unit", "refine",
                                                     "--unit", "<root>"};

@@ -40,7 +40,8 @@ struct GpuCase {
   std::optional<double> clip_grad_norm;
   std::optional<std::string> param_dtype;  // mixed precision on the mfsdp side only
   std::string reduce_dtype = "float32";
-  double tolerance = 1e-4;  // relative, on parameters and losses
+  double tolerance = 1e-4;         // relative, on parameters and losses
+  bool checkpoint_blocks = false;  // activation checkpointing of layers.0 and layers.1
 };
 
 // tied_lm (two transformer layers, tied embedding) planned for one rank.
@@ -52,7 +53,9 @@ std::string one_rank_plan(const GpuCase& c, const std::string& name) {
   policy.param_dtype = c.param_dtype;
   policy.reduce_dtype = c.reduce_dtype;
   planner::ShardingScope scope(model, {1, 1, 1}, policy);
-  for (const char* unit : {"layers.0", "layers.1", "<root>"}) scope.fully_shard(unit);
+  for (const std::string unit : {"layers.0", "layers.1", "<root>"}) {
+    scope.fully_shard(unit, {c.checkpoint_blocks && unit != "<root>"});
+  }
   const std::string path = dir + "/plan.json";
   schema::write_file_atomically(path, schema::dump_plan(scope.finalize()));
   return path;
@@ -230,6 +233,16 @@ TEST(ContextOnGpu, Bfloat16ComputeAndReductionTrainCloseToFp32) {
   c.reduce_dtype = "bfloat16";
   c.tolerance = 5e-2;
   expect_gpu_parity(c, "bf16");
+}
+
+// The blocks' forward recomputed in backward on the device: the recompute restores the CUDA
+// generator's state and runs on the compute stream after the backward all-gather's wait.
+TEST(ContextOnGpu, CheckpointedBlocksMatchSingleGpuLibTorch) {
+  GpuCase c;
+  c.optimizer = "adamw";
+  c.microbatches = 4;
+  c.checkpoint_blocks = true;
+  expect_gpu_parity(c, "adamw_4mb_checkpoint");
 }
 
 }  // namespace

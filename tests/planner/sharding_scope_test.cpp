@@ -38,6 +38,28 @@ TEST(ShardingScope, FreeFullyShardRegistersOnActiveScope) {
   EXPECT_EQ(scope.units(), (std::vector<int>{2, 0}));
 }
 
+TEST(ShardingScope, CheckpointIsAPerUnitChoiceOfFullyShard) {
+  ShardedModel model = nested_model();
+  ShardingScope scope(model, mesh_of(2), {});
+  scope.fully_shard("layers.0", {/*checkpoint=*/true});
+  fully_shard("layers.1");
+  scope.fully_shard("<root>");
+  const schema::Plan plan = scope.finalize();
+  for (const schema::Unit& unit : plan.units) {
+    EXPECT_EQ(unit.checkpoint, unit.name == "layers.0") << unit.name;
+  }
+}
+
+TEST(ShardingScope, RejectsACheckpointedUnitThatContainsAnother) {
+  ShardedModel model = nested_model();
+  ShardingScope scope(model, mesh_of(2), {});
+  scope.fully_shard("layers.0");
+  scope.fully_shard("<root>", {/*checkpoint=*/true});
+  EXPECT_MFSDP_ERROR(scope.finalize(), ExitCode::kPlanning,
+                     "unit '<root>' is checkpointed but contains unit 'layers.0'; checkpoint "
+                     "units that hold no other unit (e.g. 'layers.0')");
+}
+
 TEST(ShardingScope, RejectsNestedScope) {
   ShardedModel model = nested_model();
   ShardingScope outer(model, mesh_of(2), {});

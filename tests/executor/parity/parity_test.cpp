@@ -41,7 +41,14 @@ struct ParityOptions {
   std::optional<std::string> param_dtype;  // mixed precision on the distributed side only
   double tolerance = 1e-5;  // max relative parameter difference; also the loss tolerance
   bool evaluate = false;    // forward-only evaluation before each step, checked too
+  std::vector<std::string> checkpoint;  // units under activation checkpointing
+  std::optional<uint64_t> seed;         // the ranks' CPU generator seeds, seed + rank
 };
+
+ParityOptions checkpointing(std::vector<std::string> units, ParityOptions o = ParityOptions()) {
+  o.checkpoint = std::move(units);
+  return o;
+}
 
 ParityOptions clipped(double max_norm) {
   ParityOptions o;
@@ -62,7 +69,11 @@ std::string write_plan(const ParityCase& c, const ParityOptions& o, const std::s
   schema::Policy policy;
   policy.param_dtype = o.param_dtype;
   planner::ShardingScope scope(model, {c.world, c.world / c.replicate, c.replicate}, policy);
-  for (const auto& u : c.units) scope.fully_shard(u);
+  for (const auto& u : c.units) {
+    const bool checkpoint =
+        std::find(o.checkpoint.begin(), o.checkpoint.end(), u) != o.checkpoint.end();
+    scope.fully_shard(u, {checkpoint});
+  }
   const std::string path = dir + "/plan.json";
   schema::write_file_atomically(path, schema::dump_plan(scope.finalize()));
   return path;
@@ -79,13 +90,21 @@ std::string report(const std::vector<RankResult>& results) {
 
 constexpr int kSteps = 10;
 
-void expect_parity(const ParityCase& c, const ParityOptions& options = ParityOptions()) {
+// The final parameters and loss curve of a distributed run (rank 0's; every rank has trained).
+struct Trained {
+  std::map<std::string, at::Tensor> params;
+  std::vector<double> losses;
+  std::vector<double> eval_losses;  // with ParityOptions::evaluate
+};
+
+Trained train_distributed(const ParityCase& c, const ParityOptions& options) {
   const std::optional<double>& clip_grad_norm = options.clip_grad_norm;
   const std::string dir =
       ::testing::TempDir() + "/parity_" + c.task + "_" + std::to_string(c.world) + "x" +
       std::to_string(c.replicate) + "_" + c.optimizer + "_" + std::to_string(c.microbatches) +
       (clip_grad_norm ? "_clip" : "") + (options.param_dtype ? "_" + *options.param_dtype : "") +
-      (options.evaluate ? "_eval" : "");
+      (options.evaluate ? "_eval" : "") + (options.checkpoint.empty() ? "" : "_ckpt") +
+      (options.seed ? "_seed" + std::to_string(*options.seed) : "");
   std::filesystem::create_directories(dir);
   const std::string plan = write_plan(c, options, dir);
   const std::string out = dir + "/result.pt";
@@ -105,13 +124,18 @@ void expect_parity(const ParityCase& c, const ParityOptions& options = ParityOpt
     launch.args.insert(launch.args.end(), {"--clip-grad-norm", std::to_string(*clip_grad_norm)});
   }
   if (options.evaluate) launch.args.push_back("--evaluate");
+  if (options.seed)
+    launch.args.insert(launch.args.end(), {"--seed", std::to_string(*options.seed)});
   launch.world_size = c.world;
   launch.master_port = host.port();
   launch.secret = host.secret();
   launch.agent_store = true;
   launch.limit = 120s;
   const std::vector<RankResult> ranks = run_ranks(launch);
-  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << report(ranks);
+  for (const auto& r : ranks) {
+    EXPECT_EQ(r.exit_code, 0) << report(ranks);
+    if (r.exit_code != 0) return {};
+  }
   // Units really are sharded, and gathered memory is what the plan predicted, on every rank.
   const schema::Plan planned = schema::read_plan_file(plan).plan;
   for (size_t r = 0; r < ranks.size(); ++r) {
@@ -122,9 +146,22 @@ void expect_parity(const ParityCase& c, const ParityOptions& options = ParityOpt
     EXPECT_NE(ranks[r].out.find(expected), std::string::npos) << expected << "\n" << report(ranks);
   }
 
-  std::map<std::string, at::Tensor> params;
-  std::vector<double> losses;
-  load_parity_result(out, params, losses);
+  Trained trained;
+  load_parity_result(out, trained.params, trained.losses);
+  if (options.evaluate) {
+    std::map<std::string, at::Tensor> none;
+    load_parity_result(out + ".eval", none, trained.eval_losses);
+  }
+  return trained;
+}
+
+void expect_parity(const ParityCase& c, const ParityOptions& options = ParityOptions()) {
+  const std::optional<double>& clip_grad_norm = options.clip_grad_norm;
+  const TrainingTask task = task_named(c.task);
+  const Trained trained = train_distributed(c, options);
+  if (::testing::Test::HasFailure()) return;
+  const std::map<std::string, at::Tensor>& params = trained.params;
+  const std::vector<double>& losses = trained.losses;
   const TrainingResult reference =
       train_reference(task, fixture_path(task.fixture), kSteps, c.optimizer, clip_grad_norm);
   for (size_t s = 0; s < reference.grad_norms.size(); ++s) {
@@ -174,9 +211,7 @@ void expect_parity(const ParityCase& c, const ParityOptions& options = ParityOpt
   EXPECT_NE(reference.losses.front(), reference.losses.back());
   if (options.evaluate) {
     // Evaluating step s's batch before its update gives the loss training then reports.
-    std::map<std::string, at::Tensor> none;
-    std::vector<double> eval_losses;
-    load_parity_result(out + ".eval", none, eval_losses);
+    const std::vector<double>& eval_losses = trained.eval_losses;
     ASSERT_EQ(eval_losses.size(), reference.losses.size());
     for (size_t s = 0; s < eval_losses.size(); ++s) {
       EXPECT_NEAR(eval_losses[s], reference.losses[s],
@@ -249,6 +284,59 @@ TEST(Parity, EvaluationBetweenStepsGivesTheReferenceLoss) {
 TEST(Parity, HybridShardingTwoByTwo) {
   expect_parity({"tied_lm", 4, 2, "adamw", 4, kGptUnits});
   expect_parity({"tied_lm", 4, 2, "sgd", 1, kGptUnits});
+}
+
+// Activation checkpointing (planner/torchscript/unit_checkpoint.h) recomputes the blocks'
+// forward in backward: training is the reference's, with the plan's memory, on 2 and 3 ranks,
+// with microbatches, a unit called twice, bfloat16 compute and HSDP.
+const std::vector<std::string> kBlocks = {"layers.0", "layers.1"};
+
+TEST(Parity, CheckpointedUnitsTrainLikeTheReference) {
+  expect_parity({"tied_lm", 2, 1, "adamw", 1, kGptUnits}, checkpointing(kBlocks));
+  expect_parity({"tied_lm", 3, 1, "sgd", 4, kGptUnits}, checkpointing(kBlocks));
+}
+
+TEST(Parity, CheckpointedUnitCalledTwiceTrainsLikeTheReference) {
+  expect_parity({"called_twice", 2, 1, "adamw", 4, {"inp", "shared", "mid", "out", "<root>"}},
+                checkpointing({"shared"}));
+}
+
+TEST(Parity, CheckpointingUnderBfloatAndHybridSharding) {
+  expect_parity({"tied_lm", 2, 1, "sgd", 4, kGptUnits},
+                checkpointing(kBlocks, mixed_precision("bfloat16", 2.5e-2)));
+  expect_parity({"tied_lm", 4, 2, "adamw", 1, kGptUnits}, checkpointing(kBlocks));
+}
+
+// With dropout, the recompute must draw the forward's masks again: checkpointed training equals
+// training without checkpointing. The reference cannot check this (its RNG draws for the whole
+// batch, each rank for its slice), so the runs are compared with each other; and a run with
+// other seeds differs, so the masks do matter to the result.
+TEST(Parity, CheckpointingDrawsTheSameDropoutMasks) {
+  for (int world : {2, 3}) {
+    const ParityCase c{"dropout_lm", world, 1, "sgd", 1, kGptUnits};
+    ParityOptions seeded;
+    seeded.seed = 11;
+    const Trained plain = train_distributed(c, seeded);
+    const Trained checkpointed = train_distributed(c, checkpointing(kBlocks, seeded));
+    ParityOptions reseeded;
+    reseeded.seed = 12;
+    const Trained other = train_distributed(c, reseeded);
+    if (HasFailure()) return;
+    double worst = 0, other_worst = 0;
+    for (const auto& [name, want] : plain.params) {
+      ASSERT_TRUE(checkpointed.params.count(name)) << name;
+      worst = std::max(worst, relative_difference(checkpointed.params.at(name), want));
+      other_worst = std::max(other_worst, relative_difference(other.params.at(name), want));
+    }
+    std::cout << world << " ranks: checkpointed vs not " << worst << ", other seed " << other_worst
+              << "\n";
+    EXPECT_LE(worst, 1e-5) << world << " ranks";
+    EXPECT_GT(other_worst, 1e-3) << world << " ranks";
+    ASSERT_EQ(checkpointed.losses.size(), plain.losses.size());
+    for (size_t s = 0; s < plain.losses.size(); ++s) {
+      EXPECT_NEAR(checkpointed.losses[s], plain.losses[s], 1e-5 * std::abs(plain.losses[s]));
+    }
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 //   --plan-for-rank R PATH    rank R trains by PATH instead of PLAN
 //   --evaluate                before each step, evaluate the rank's batch (forward only);
 //                             rank 0 writes those losses to OUT.eval
+//   --seed N                  seed LibTorch's CPU generator (dropout) with N + rank first
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -28,7 +29,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: mfsdp_parity_worker TASK PLAN MODEL STEPS MICROBATCHES OPTIMIZER OUT "
     "[--strict-order] [--clip-grad-norm X] [--die-at-step K --die-rank R] [--timeout-ms N] "
-    "[--plan-for-rank R PATH] [--evaluate]\n";
+    "[--plan-for-rank R PATH] [--evaluate] [--seed N]\n";
 
 struct WorkerFlags {
   bool strict_order = false;
@@ -39,6 +40,7 @@ struct WorkerFlags {
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
   int plan_for_rank = -1;
   std::string rank_plan;
+  std::optional<uint64_t> seed;
 };
 
 // Flags after the positional arguments; nullopt on anything unknown or incomplete.
@@ -62,6 +64,8 @@ std::optional<WorkerFlags> parse_flags(int argc, char** argv, int first) {
       f.die_rank = std::atoi(v);
     } else if (flag == "--timeout-ms") {
       f.timeout = std::chrono::milliseconds(std::atoll(v));
+    } else if (flag == "--seed") {
+      f.seed = std::strtoull(v, nullptr, 10);
     } else if (flag == "--plan-for-rank") {
       f.plan_for_rank = std::atoi(v);
       f.rank_plan = argv[i + 2];
@@ -92,6 +96,7 @@ int main(int argc, char** argv) {
     const executor::LaunchEnv env = executor::LaunchEnv::from_environment();
     const std::string plan = env.rank == flags->plan_for_rank ? flags->rank_plan : argv[2];
     auto ctx = executor::Context::create(plan, argv[3], env, options);
+    if (flags->seed) torch::manual_seed(*flags->seed + static_cast<uint64_t>(ctx->rank()));
     executor::ShardedOptimizer optimizer(*ctx, testing::parity_optimizer(argv[6]));
     const int64_t world = ctx->world_size();
     const int64_t local = testing::kParityBatch / world;

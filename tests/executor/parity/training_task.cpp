@@ -8,6 +8,8 @@ TrainingTask task_named(const std::string& name) {
   if (name == "tied_lm") return {"tied_lm.pt", true, 16, 256};
   if (name == "reordered") return {"reordered.pt", false, 8, 4};
   if (name == "two_roots") return {"two_roots.pt", false, 16, 16};
+  if (name == "called_twice") return {"called_twice.pt", false, 8, 4};
+  if (name == "dropout_lm") return {"dropout_lm.pt", true, 16, 256};
   throw std::invalid_argument("unknown training task " + name);
 }
 

@@ -37,27 +37,31 @@ double milliseconds(Clock::duration d) {
 }
 
 // Gradients as the executor holds them. Each registration of a parameter (a tied weight has
-// several) is its own autograd node that keeps the gradient it receives, and the tracer frees
-// them when the next unit's backward begins, as the executor's reduce-scatter does. Left to
-// itself autograd would sum a tied weight's gradients before handing them over, holding the
-// first through the whole backward (154 MiB at GPT-2 small), which the executor never does.
+// several) is its own autograd node that keeps the gradient it receives, until the
+// reduce-scatter the executor would hand it to is done. Left to itself autograd would sum a
+// tied weight's gradients before handing them over, holding the first through the whole
+// backward (154 MiB at GPT-2 small), which the executor never does.
 class KeptGradients {
  public:
   void keep(at::Tensor gradient) {
     std::lock_guard<std::mutex> lock(mutex_);
     kept_.push_back(std::move(gradient));
   }
-  void free() {
+  // A unit's backward begins: the gradients of the unit before the last are freed. The last
+  // one's are still being reduce-scattered (the executor issues a unit's reduce-scatter when
+  // its gradients are complete, and it runs on its own stream beside the next unit's backward
+  // and recompute), so they stay for this interval.
+  void age() {
     std::vector<at::Tensor> freed;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      freed.swap(kept_);
-    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    freed.swap(reducing_);
+    reducing_.swap(kept_);
   }
 
  private:
   std::mutex mutex_;
-  std::vector<at::Tensor> kept_;
+  std::vector<at::Tensor> kept_;      // delivered since the last pre_backward
+  std::vector<at::Tensor> reducing_;  // the unit before's, "in the reduce-scatter"
 };
 
 std::atomic<KeptGradients*> kept_gradients{nullptr};  // the trace running now, if any
@@ -182,7 +186,7 @@ class Tracer : public UnitHooks {
   // reduce-scatter and frees them here; the interval before still counted them.
   void free_gradients() {
     close_interval();
-    gradients_.free();
+    gradients_.age();
   }
 
   void close_backward_segment(Clock::time_point now) {

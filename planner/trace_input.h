@@ -59,8 +59,9 @@ struct TracedRun {
   // backward_bytes parallel `forward` and `backward`, loss_bytes is forward's return; each
   // boundary's peak is the most alive until the next boundary (the last pre_backward's: until
   // backward ends), so the interval after a pre_backward is that unit's backward and the one
-  // after forward's return the loss. Parameter gradients count until the next pre_backward,
-  // where the trace frees them as the executor's reduce-scatter does. output_bytes: forward's
+  // after forward's return the loss. A unit's parameter gradients count through the next
+  // unit's backward, as the executor's reduce-scatter holds them beside it, and are freed at
+  // the pre_backward after that. output_bytes: forward's
   // outputs that require grad. A run without bytes (both lists empty) measured no memory.
   int64_t batch = 1;
   std::vector<TracedBytes> forward_bytes;

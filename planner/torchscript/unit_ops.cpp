@@ -134,7 +134,11 @@ std::vector<at::Tensor> unit_enter_autograd(int64_t unit, at::TensorList inputs)
   return UnitEnter::apply(unit, input_cast(hooks, unit), inputs);
 }
 
-std::vector<at::Tensor> unit_exit_autograd(int64_t unit, at::TensorList outputs) {
+// unit_exit under either kernel: a recompute's outputs are captured; a checkpointed call's
+// get its recompute node; any other's go through `exit_normally`. Then post_forward.
+template <typename ExitNormally>
+std::vector<at::Tensor> exit_unit(int64_t unit, at::TensorList outputs,
+                                  ExitNormally exit_normally) {
   UnitHooks* hooks = hooks_for(unit);
   if (!hooks) return outputs.vec();
   if (checkpoint::recomputing(unit)) {
@@ -142,9 +146,13 @@ std::vector<at::Tensor> unit_exit_autograd(int64_t unit, at::TensorList outputs)
     return outputs.vec();
   }
   std::optional<std::vector<at::Tensor>> linked = checkpoint::end(unit, outputs);
-  std::vector<at::Tensor> aliases = linked ? std::move(*linked) : UnitExit::apply(unit, outputs);
+  std::vector<at::Tensor> out = linked ? std::move(*linked) : exit_normally();
   hooks->post_forward(static_cast<int>(unit));
-  return aliases;
+  return out;
+}
+
+std::vector<at::Tensor> unit_exit_autograd(int64_t unit, at::TensorList outputs) {
+  return exit_unit(unit, outputs, [&] { return UnitExit::apply(unit, outputs); });
 }
 
 // Below autograd: an empty list (no tensor to dispatch on) or inference mode. Nothing can
@@ -160,15 +168,7 @@ std::vector<at::Tensor> unit_enter_plain(int64_t unit, at::TensorList inputs) {
 }
 
 std::vector<at::Tensor> unit_exit_plain(int64_t unit, at::TensorList outputs) {
-  UnitHooks* hooks = hooks_for(unit);
-  if (!hooks) return outputs.vec();
-  if (checkpoint::recomputing(unit)) {
-    checkpoint::capture(unit, outputs);
-    return outputs.vec();
-  }
-  std::optional<std::vector<at::Tensor>> linked = checkpoint::end(unit, outputs);
-  hooks->post_forward(static_cast<int>(unit));
-  return linked ? std::move(*linked) : outputs.vec();
+  return exit_unit(unit, outputs, [&] { return outputs.vec(); });
 }
 
 // Ahead of unit_enter in the forward of a class with a checkpointed unit: the call's module

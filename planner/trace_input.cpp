@@ -47,10 +47,8 @@ class KeptGradients {
     std::lock_guard<std::mutex> lock(mutex_);
     kept_.push_back(std::move(gradient));
   }
-  // A unit's backward begins: the gradients of the unit before the last are freed. The last
-  // one's are still being reduce-scattered (the executor issues a unit's reduce-scatter when
-  // its gradients are complete, and it runs on its own stream beside the next unit's backward
-  // and recompute), so they stay for this interval.
+  // A unit's backward begins: the unit before last's gradients go. The last one's stay, as
+  // the executor's reduce-scatter holds them beside this backward (and recompute).
   void age() {
     std::vector<at::Tensor> freed;
     std::lock_guard<std::mutex> lock(mutex_);

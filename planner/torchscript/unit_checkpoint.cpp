@@ -16,8 +16,10 @@
 
 namespace mfsdp::planner {
 
-// unit_ops.cpp: the hooks installed now, nullptr for an instance that is not a unit.
+// unit_ops.cpp: the hooks installed now, nullptr for an instance that is not a unit; and what
+// a unit's caller gets for each output tensor.
 UnitHooks* installed_hooks_for(int64_t unit);
+at::Tensor alias_of(const at::Tensor& t);
 
 namespace checkpoint {
 namespace {
@@ -275,13 +277,6 @@ class RecomputeNode : public torch::autograd::Node {
   std::shared_ptr<Call> call_;
   std::vector<size_t> differentiable_;  // node input k is the call's output differentiable_[k]
 };
-
-// As unit_ops' exit: a new tensor on the same storage, without an autograd view link.
-at::Tensor alias_of(const at::Tensor& t) {
-  at::Tensor alias = t.detach();
-  alias.unsafeGetTensorImpl()->set_allow_tensor_metadata_change(true);
-  return alias;
-}
 
 }  // namespace
 

@@ -31,6 +31,16 @@ UnitHooks* installed_hooks_for(int64_t unit) {
   return unit < 0 ? nullptr : installed_hooks.load();
 }
 
+// The caller gets new tensors on the same storage and version counter but with no autograd
+// view link, so in-place ops on a unit's outputs (`x = block(x); x.relu_()`) behave as they
+// do without instrumentation; a view would make each of them an autograd error. A
+// checkpointed call's outputs (unit_checkpoint.cpp) are made the same way.
+at::Tensor alias_of(const at::Tensor& t) {
+  at::Tensor alias = t.detach();
+  alias.unsafeGetTensorImpl()->set_allow_tensor_metadata_change(true);  // detach() forbids it
+  return alias;
+}
+
 namespace {
 
 UnitHooks* hooks_for(int64_t unit) {
@@ -85,15 +95,6 @@ struct UnitEnter : torch::autograd::Function<UnitEnter> {
 int64_t input_cast(UnitHooks* hooks, int64_t unit) {
   const char* dtype = hooks->input_dtype(static_cast<int>(unit));
   return dtype ? static_cast<int64_t>(scalar_type_of(dtype)) : -1;
-}
-
-// The caller gets new tensors on the same storage and version counter but with no autograd
-// view link, so in-place ops on a unit's outputs (`x = block(x); x.relu_()`) behave as they
-// do without instrumentation; a view would make each of them an autograd error.
-at::Tensor alias_of(const at::Tensor& t) {
-  at::Tensor alias = t.detach();
-  alias.unsafeGetTensorImpl()->set_allow_tensor_metadata_change(true);  // detach() forbids it
-  return alias;
 }
 
 struct UnitExit : torch::autograd::Function<UnitExit> {

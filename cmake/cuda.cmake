@@ -16,6 +16,8 @@ elseif(NOT _mfsdp_cuda_mode STREQUAL "AUTO")
 endif()
 
 set(MFSDP_CUDA_ENABLED OFF)
+# What `mfsdp --version` says about the backend (cli/version.h).
+set(MFSDP_CUDA_DESCRIPTION "off (configured with MFSDP_WITH_CUDA=OFF)")
 if(_mfsdp_cuda_mode STREQUAL "OFF")
   message(STATUS "mfsdp: CUDA backend off (MFSDP_WITH_CUDA=OFF)")
   return()
@@ -58,6 +60,7 @@ if(_mfsdp_cuda_missing)
                         "install them, point CMake at them, or configure with MFSDP_WITH_CUDA=OFF")
   endif()
   message(STATUS "mfsdp: CUDA backend off (MFSDP_WITH_CUDA=AUTO, not found: ${_mfsdp_cuda_why})")
+  set(MFSDP_CUDA_DESCRIPTION "off (MFSDP_WITH_CUDA=AUTO found no CUDA toolkit and NCCL)")
   return()
 endif()
 
@@ -72,9 +75,14 @@ endforeach()
 string(REGEX REPLACE "\\.$" "" MFSDP_NCCL_VERSION "${MFSDP_NCCL_VERSION}")
 
 set(MFSDP_CUDA_ENABLED ON)
+set(MFSDP_CUDA_DESCRIPTION "on (CUDA ${CUDAToolkit_VERSION}, NCCL ${MFSDP_NCCL_VERSION})")
 add_library(mfsdp_cuda INTERFACE)
-target_include_directories(mfsdp_cuda SYSTEM INTERFACE ${MFSDP_NCCL_INCLUDE_DIR})
-target_link_libraries(mfsdp_cuda INTERFACE CUDA::cudart ${MFSDP_NCCL_LIBRARY})
+# An installed mfsdp finds NCCL again on the machine that uses it (cmake/mfsdpConfig.cmake.in
+# makes mfsdp::nccl); the build's paths stay out of the exported targets.
+target_include_directories(mfsdp_cuda SYSTEM INTERFACE
+  $<BUILD_INTERFACE:${MFSDP_NCCL_INCLUDE_DIR}>)
+target_link_libraries(mfsdp_cuda INTERFACE CUDA::cudart
+  $<BUILD_INTERFACE:${MFSDP_NCCL_LIBRARY}> $<INSTALL_INTERFACE:mfsdp::nccl>)
 target_compile_definitions(mfsdp_cuda INTERFACE MFSDP_WITH_CUDA=1)
 message(STATUS "mfsdp: CUDA backend on (MFSDP_WITH_CUDA=${_mfsdp_cuda_mode}: CUDA "
                "${CUDAToolkit_VERSION} at ${CUDAToolkit_LIBRARY_DIR}, NCCL ${MFSDP_NCCL_VERSION} "

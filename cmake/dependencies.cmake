@@ -34,7 +34,10 @@ if(TARGET torch_cuda AND TARGET torch_cpu_library
   set(MFSDP_TORCH_LINK torch_cpu_library)
 endif()
 add_library(mfsdp_torch INTERFACE)
-target_link_libraries(mfsdp_torch INTERFACE gloo ${MFSDP_TORCH_LINK})
+# Installed, the LibTorch libraries are the ones the user's find_package(Torch) names, by the
+# same rule (mfsdp::torch_libraries, cmake/mfsdpConfig.cmake.in), not this machine's paths.
+target_link_libraries(mfsdp_torch INTERFACE gloo "$<BUILD_INTERFACE:${MFSDP_TORCH_LINK}>"
+  "$<INSTALL_INTERFACE:mfsdp::torch_libraries>")
 # CMake may still order LibTorch first when a program reaches both through several libraries
 # (mfsdp-torch did); a link option comes before every library, whatever that order.
 target_link_options(mfsdp_torch INTERFACE
@@ -47,4 +50,7 @@ if(_mfsdp_torch_features)
 endif()
 separate_arguments(MFSDP_TORCH_CXX_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(mfsdp_torch INTERFACE ${MFSDP_TORCH_CXX_FLAGS})
-target_include_directories(mfsdp_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+# LibTorch's own targets carry these too; an installed mfsdp leaves them to those targets, so
+# that no path of this machine's LibTorch (a wheel inside the source tree, say) is exported.
+target_include_directories(mfsdp_torch SYSTEM INTERFACE
+  "$<BUILD_INTERFACE:${TORCH_INCLUDE_DIRS}>")

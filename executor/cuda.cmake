@@ -18,14 +18,14 @@ add_library(mfsdp_executor_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_stream.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_tensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/torch_cuda_stream.cpp)
-target_include_directories(mfsdp_executor_cuda PUBLIC ${PROJECT_SOURCE_DIR})
+target_include_directories(mfsdp_executor_cuda PUBLIC ${MFSDP_PUBLIC_INCLUDES})
 # mfsdp_executor_comm for the rendezvous, LaunchEnv, Timeline and the stream layout;
 # mfsdp_cuda for cudart, NCCL and the MFSDP_WITH_CUDA=1 definition; LibTorch for the tensor
 # helpers (cuda_tensor.h, torch_cuda_stream.h). The runtime built from these pieces,
 # cuda_runtime.cpp, is part of mfsdp_executor, which links this library (never the reverse).
 target_link_libraries(mfsdp_executor_cuda
   PUBLIC mfsdp_executor_comm mfsdp_cuda mfsdp_torch Threads::Threads
-  PRIVATE mfsdp_warnings)
+  PRIVATE $<BUILD_INTERFACE:mfsdp_warnings>)
 
 # Ordering LibTorch's kernels against the collective streams needs c10_cuda, the CUDA half of
 # a CUDA LibTorch (a torch wheel's). Debian's CPU-only LibTorch ships c10/cuda headers but no
@@ -39,6 +39,7 @@ if(TARGET c10_cuda)
 else()
   message(STATUS "mfsdp: LibTorch has no c10_cuda (CPU-only): the GPU runtime is built but "
                  "refuses to train; see docs/gpu.md")
+  set(MFSDP_CUDA_DESCRIPTION "${MFSDP_CUDA_DESCRIPTION}, but this LibTorch is CPU-only, so runs use the CPU (docs/gpu.md)" PARENT_SCOPE)
   find_path(_mfsdp_c10_cuda_headers c10/cuda/CUDAStream.h HINTS ${TORCH_INCLUDE_DIRS})
   if(_mfsdp_c10_cuda_headers)
     set(_mfsdp_shim ${CMAKE_CURRENT_BINARY_DIR}/c10_cuda_shim)

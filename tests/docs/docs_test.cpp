@@ -9,6 +9,8 @@
 // Directives, an HTML comment on its own line just before a block:
 //   <!-- docs-test: skip REASON -->   not run here (several hosts, a GPU, ...)
 //   <!-- docs-test: file PATH -->     the block is a file's text: written to PATH, not run
+//   <!-- docs-test: same-as PATH -->  the block is the text of the repository's file PATH,
+//                                     line for line (a program CI builds, shown in full)
 //   <!-- docs-test: exit N -->        each command of the block exits N
 //   <!-- docs-test: numbers vary -->  numbers in the shown output match any numbers
 // In shown output a line `...` stands for any number of lines, and `...` inside a line for
@@ -198,6 +200,17 @@ TEST_P(DocsTest, ExamplesRunAndPrintWhatTheyShow) {
   int ran = 0;
   for (const Block& block : read_blocks(kRepo + "/" + doc)) {
     if (has(block, "skip")) continue;
+    if (has(block, "same-as")) {
+      const std::string path = directive_value(block, "same-as");
+      SCOPED_TRACE(doc + ":" + std::to_string(block.line) + ": the block shows " + path);
+      std::ifstream in(kRepo + "/" + path);
+      EXPECT_TRUE(in.good()) << "no such file in the repository";
+      std::vector<std::string> file;
+      for (std::string l; std::getline(in, l);) file.push_back(l);
+      EXPECT_EQ(block.text, file) << "the block and the file differ: copy the file into the doc";
+      ++ran;
+      continue;
+    }
     if (has(block, "file")) {
       const std::string path = replace_all(directive_value(block, "file"), "/tmp/", tmp);
       fs::create_directories(fs::path(path).parent_path());

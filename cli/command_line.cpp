@@ -17,12 +17,14 @@ void exit_with(ExitCode code) {
   throw QuietExit{code};
 }
 
-void describe_app(CLI::App& app) {
+void describe_app(CLI::App& app, const std::string& version) {
   app.description(
       "mfsdp: compile a fully-sharded data-parallel schedule for a TorchScript model into a "
       "plan file, then train by it.");
   app.name("mfsdp");
-  app.set_version_flag("--version", std::string("mfsdp ") + MFSDP_VERSION);
+  app.set_version_flag("--version", version,
+                       "Print the version, the LibTorch it was built with and whether the CUDA "
+                       "backend is in, then exit");
   app.require_subcommand(1);
   app.footer("Run 'mfsdp <command> --help' for a command's flags and examples. Docs: docs/.");
 }

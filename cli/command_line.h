@@ -2,14 +2,17 @@
 // What both mfsdp binaries share: the top-level app and the single place where errors become
 // one line on stderr and a documented exit code.
 
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 #include "schema/error.h"
 
 namespace mfsdp::cli {
 
-// The top-level `mfsdp` app with its description, version flag and footer.
-void describe_app(CLI::App& app);
+// The top-level `mfsdp` app with its description, footer and `--version`, which prints
+// `version` (cli/version.h's version_text()).
+void describe_app(CLI::App& app, const std::string& version);
 // Parses and runs the chosen command; returns the process exit status.
 int run_app(CLI::App& app, int argc, char** argv);
 

@@ -16,6 +16,7 @@
 #include "cli/diff_command.h"
 #include "cli/show_command.h"
 #include "cli/validate_command.h"
+#include "cli/version.h"
 #include "schema/error.h"
 
 namespace {
@@ -66,7 +67,7 @@ std::string torch_binary() {
 int main(int argc, char** argv) {
   if (needs_torch(argc, argv)) exec_torch_binary(argc, argv);
   CLI::App app;
-  mfsdp::cli::describe_app(app);
+  mfsdp::cli::describe_app(app, mfsdp::cli::version_text());
   // Listed here for --help; parsing never reaches them (they were exec'd above).
   app.add_subcommand("plan", "Compile a TorchScript model and a sharding scope into a plan file");
   app.add_subcommand("run", "Train a model by a plan: start the ranks, or be one");

@@ -7,11 +7,12 @@
 #include "cli/plan_command.h"
 #include "cli/run_command.h"
 #include "cli/validate_command.h"
+#include "cli/version.h"
 #include "planner/torchscript/model_check.h"
 
 int main(int argc, char** argv) {
   CLI::App app;
-  mfsdp::cli::describe_app(app);
+  mfsdp::cli::describe_app(app, mfsdp::cli::version_text());
   mfsdp::cli::add_plan_command(app);
   mfsdp::cli::add_run_command(app, argc, argv);
   mfsdp::cli::add_validate_command(app, mfsdp::planner::check_plan_against_model);

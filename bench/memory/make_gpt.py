@@ -4,9 +4,10 @@
     /usr/bin/python3 bench/memory/make_gpt.py OUT_DIR [--only NAME]
 
 The models are TinyGPT from tests/fixtures/make_fixtures.py (pre-norm blocks, tied lm_head)
-at three sizes, GPT-2's initialisation, saved in training mode:
+at four sizes, GPT-2's initialisation, saved in training mode:
 
     bytegpt   the README's example (examples/bytegpt.pt is copied, not rebuilt)
+    gpt14m    d 384, 8 layers, 6 heads, vocab 256 (bytes), context 128:    ~14 M parameters
     gpt57m    d 768, 8 layers, 12 heads, vocab 256 (bytes), context 128:   ~57 M parameters
     gpt124m   GPT-2 small: d 768, 12 layers, 12 heads, vocab 50257, context 1024: ~124 M
 
@@ -26,6 +27,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "fixtures"))
 import make_fixtures  # noqa: E402  (TinyGPT and gpt_init)
 
 SIZES = {
+    "gpt14m": dict(vocab=256, block_size=128, d_model=384, n_layer=8, n_head=6),
     "gpt57m": dict(vocab=256, block_size=128, d_model=768, n_layer=8, n_head=12),
     "gpt124m": dict(vocab=50257, block_size=1024, d_model=768, n_layer=12, n_head=12),
 }

@@ -391,12 +391,42 @@ class Differ {
           merged.count(unit->name) ? UnitChange::Kind::kMerged : UnitChange::Kind::kAdded;
       changes.push_back(unit_change(kind, *unit, new_index_, flows));
     }
+    const auto pairs = pair_units(changes);
     if (shown("units")) diff_.units = std::move(changes);
 
     compare_ownership();
+    for (const auto& [before, now] : pairs) compare_unit(*before, *now);
+  }
+
+  // Units of both plans to compare field by field. A name used twice (a plan the uniqueness
+  // rules refuse, which diff still reads) pairs its units by occurrence; a later occurrence
+  // without a partner is added or removed.
+  std::vector<std::pair<const Unit*, const Unit*>> pair_units(std::vector<UnitChange>& changes) {
+    std::map<std::string, std::vector<const Unit*>> old_named;
+    for (const Unit& unit : old_.units) old_named[mapped(unit.name)].push_back(&unit);
+    std::map<std::string, size_t> seen;
+    std::vector<std::pair<const Unit*, const Unit*>> pairs;
     for (const Unit& unit : new_.units) {
-      if (const Unit* before = old_unit_of(unit.name)) compare_unit(*before, unit);
+      const size_t k = seen[unit.name]++;
+      if (k == 0) {
+        if (const Unit* before = old_unit_of(unit.name)) pairs.emplace_back(before, &unit);
+        continue;
+      }
+      if (!old_unit_of(unit.name)) continue;  // every occurrence is added above
+      const auto& olds = old_named[unit.name];
+      if (k < olds.size()) {
+        pairs.emplace_back(olds[k], &unit);
+      } else {
+        changes.push_back(unit_change(UnitChange::Kind::kAdded, unit, new_index_, {}));
+      }
     }
+    for (const auto& [name, olds] : old_named) {
+      if (!seen.count(name)) continue;  // every occurrence is removed (or renamed) above
+      for (size_t k = seen.at(name); k < olds.size(); ++k) {
+        changes.push_back(unit_change(UnitChange::Kind::kRemoved, *olds[k], old_index_, {}));
+      }
+    }
+    return pairs;
   }
 
   // Parameters changing hands between units in both plans.

@@ -440,6 +440,35 @@ TEST(PlanDiff, PlansBreakingUniquenessRulesStillDiff) {
   EXPECT_FALSE(diff_plans(b, a).empty());
 }
 
+// A name used twice pairs its units by occurrence: a plan equals itself, a change to the
+// second occurrence is that unit's change, and an extra occurrence is an added unit.
+TEST(PlanDiff, UnitsSharingANamePairByOccurrence) {
+  Plan a = golden("tied_lm");
+  Unit twin = a.units[1];
+  twin.call_count = 0;
+  a.units.push_back(twin);
+  EXPECT_TRUE(diff_plans(a, a).empty());
+
+  Plan b = a;
+  b.units.back().call_count = 3;
+  const PlanDiff changed = diff_plans(a, b);
+  ASSERT_EQ(changed.updates.size(), 1u);
+  EXPECT_EQ(changed.updates[0].name, twin.name);
+  ASSERT_EQ(changed.updates[0].fields.size(), 1u);
+  EXPECT_EQ(changed.updates[0].fields[0].old_value, "0");
+  EXPECT_EQ(changed.updates[0].fields[0].new_value, "3");
+
+  Plan c = a;
+  c.units.push_back(twin);
+  const PlanDiff added = diff_plans(a, c);
+  ASSERT_EQ(added.units.size(), 1u);
+  EXPECT_EQ(added.units[0].kind, UnitChange::Kind::kAdded);
+  EXPECT_EQ(added.units[0].name, twin.name);
+  const PlanDiff removed = diff_plans(c, a);
+  ASSERT_EQ(removed.units.size(), 1u);
+  EXPECT_EQ(removed.units[0].kind, UnitChange::Kind::kRemoved);
+}
+
 DiffThreshold threshold(DiffThreshold::Kind kind, std::optional<double> percent = {},
                         std::optional<int64_t> bytes = {}) {
   DiffThreshold t;

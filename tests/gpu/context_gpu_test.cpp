@@ -28,11 +28,8 @@ namespace mfsdp::executor {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::fixture_path;
 using testing::TrainingTask;
-
-std::string fixture_path(const std::string& file) {
-  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + file;
-}
 
 struct GpuCase {
   std::string optimizer = "sgd";

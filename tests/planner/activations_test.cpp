@@ -130,7 +130,9 @@ TEST(TracedActivations, AUnitsGradientsLiveThroughTheNextUnitsBackwardOnly) {
     // Alive at each boundary: activations (a few [4, 256] tensors) and, from u1 on, the
     // previous unit's weight gradient, in its reduce-scatter; never two of them.
     EXPECT_LT(run.backward_bytes[i].live, weight + weight / 2);
-    if (i >= 2) EXPECT_GE(run.backward_bytes[i].live, weight);
+    if (i >= 2) {
+      EXPECT_GE(run.backward_bytes[i].live, weight);
+    }
   }
   // While a unit's backward runs, its own gradient joins the previous one: two, not three.
   int64_t most = 0;

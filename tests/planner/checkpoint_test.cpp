@@ -19,10 +19,6 @@
 namespace mfsdp::planner {
 namespace {
 
-std::string fixture(const std::string& name) {
-  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + name;
-}
-
 // Records the hook calls as "<hook> <unit name>" and checkpoints the units it is given.
 class Hooks : public UnitHooks {
  public:
@@ -93,7 +89,7 @@ void expect_same_gradients(const Step& got, const Step& want) {
   }
 }
 
-at::Tensor tokens(int64_t batch, int64_t length) {
+at::Tensor token_batch(int64_t batch, int64_t length) {
   return at::arange(batch * length, at::kLong).reshape({batch, length}) % 256;
 }
 
@@ -102,32 +98,32 @@ const std::vector<std::string> kGptUnits = {"layers.0", "layers.1", ""};
 TEST(Checkpointing, GivesTheGradientsAndHookEventsOfAPlainBackward) {
   Instrumented plain = load("tied_lm.pt", kGptUnits, {});
   Instrumented checkpointed = load("tied_lm.pt", kGptUnits, {true, true, false});
-  const Step want = train_step(plain, {tokens(2, 16)});
-  const Step got = train_step(checkpointed, {tokens(2, 16)});
+  const Step want = train_step(plain, {token_batch(2, 16)});
+  const Step got = train_step(checkpointed, {token_batch(2, 16)});
   expect_same_gradients(got, want);
   EXPECT_EQ(checkpointed.hooks->events, plain.hooks->events);
   EXPECT_TRUE(at::GradMode::is_enabled());
   // A second step recomputes again (the first one's state is gone).
-  expect_same_gradients(train_step(checkpointed, {tokens(2, 16)}),
-                        train_step(plain, {tokens(2, 16)}));
+  expect_same_gradients(train_step(checkpointed, {token_batch(2, 16)}),
+                        train_step(plain, {token_batch(2, 16)}));
 }
 
 TEST(Checkpointing, DrawsTheForwardsDropoutMasksAgain) {
   Instrumented plain = load("dropout_lm.pt", kGptUnits, {});
   Instrumented checkpointed = load("dropout_lm.pt", kGptUnits, {true, true, false});
   torch::manual_seed(7);
-  const Step want = train_step(plain, {tokens(2, 16)});
+  const Step want = train_step(plain, {token_batch(2, 16)});
   torch::manual_seed(7);
-  const Step got = train_step(checkpointed, {tokens(2, 16)});
+  const Step got = train_step(checkpointed, {token_batch(2, 16)});
   expect_same_gradients(got, want);
   // The masks matter: another seed gives other gradients. And the recompute left the RNG
   // where forward had it: the next draw is the one a plain step is followed by.
   const at::Tensor after_checkpointed = torch::rand({4});
   torch::manual_seed(7);
-  train_step(plain, {tokens(2, 16)});
+  train_step(plain, {token_batch(2, 16)});
   EXPECT_TRUE(at::equal(torch::rand({4}), after_checkpointed));
   torch::manual_seed(8);
-  const Step other = train_step(plain, {tokens(2, 16)});
+  const Step other = train_step(plain, {token_batch(2, 16)});
   EXPECT_FALSE(
       at::equal(other.grads.at("layers.0.fc.weight"), want.grads.at("layers.0.fc.weight")));
 }
@@ -158,7 +154,7 @@ int64_t bytes_kept_for_backward(Instrumented& m) {
   const int64_t before = host_memory::tensor_bytes();
   int64_t kept = 0;
   {
-    const at::Tensor loss = m.model.forward({tokens(8, 64)}).toTensor().pow(2).mean();
+    const at::Tensor loss = m.model.forward({token_batch(8, 64)}).toTensor().pow(2).mean();
     kept = host_memory::tensor_bytes() - before;
     loss.backward();
   }
@@ -182,14 +178,14 @@ TEST(Checkpointing, IsOffWithoutGradMode) {
   at::Tensor out;
   {
     at::NoGradGuard no_grad;
-    out = checkpointed.model.forward({tokens(2, 16)}).toTensor();
+    out = checkpointed.model.forward({token_batch(2, 16)}).toTensor();
     EXPECT_FALSE(at::GradMode::is_enabled());
   }
   set_unit_hooks(plain.hooks.get());
   at::Tensor want;
   {
     at::NoGradGuard no_grad;
-    want = plain.model.forward({tokens(2, 16)}).toTensor();
+    want = plain.model.forward({token_batch(2, 16)}).toTensor();
   }
   set_unit_hooks(nullptr);
   EXPECT_TRUE(at::GradMode::is_enabled());

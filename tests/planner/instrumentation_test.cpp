@@ -16,10 +16,6 @@ namespace {
 
 using Events = std::vector<std::string>;
 
-std::string fixture(const std::string& name) {
-  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + name;
-}
-
 // Records every hook call as "<hook> <unit name>".
 class RecordingHooks : public UnitHooks {
  public:
@@ -44,12 +40,12 @@ struct ExecutorConfig {
   bool profiling_executor;
 };
 
-std::string config_name(const testing::TestParamInfo<ExecutorConfig>& info) {
+std::string config_name(const ::testing::TestParamInfo<ExecutorConfig>& info) {
   return std::string(info.param.optimize ? "Optimized" : "Unoptimized") +
          (info.param.profiling_executor ? "Profiling" : "Legacy");
 }
 
-class Instrumentation : public testing::TestWithParam<ExecutorConfig> {
+class Instrumentation : public ::testing::TestWithParam<ExecutorConfig> {
  protected:
   void SetUp() override {
     saved_optimize_ = torch::jit::getGraphExecutorOptimize();
@@ -82,7 +78,7 @@ class Instrumentation : public testing::TestWithParam<ExecutorConfig> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Executors, Instrumentation,
-                         testing::Values(ExecutorConfig{true, true}, ExecutorConfig{false, true},
+                         ::testing::Values(ExecutorConfig{true, true}, ExecutorConfig{false, true},
                                          ExecutorConfig{true, false}, ExecutorConfig{false, false}),
                          config_name);
 
@@ -252,7 +248,7 @@ TEST_P(Instrumentation, RefusesAUnitClassWhoseForwardHasRun) {
 }
 
 // Modules built from TorchScript source, sharing one compilation unit.
-class SourceModules : public testing::Test {
+class SourceModules : public ::testing::Test {
  protected:
   void SetUp() override { torch::manual_seed(0); }
   void TearDown() override { set_unit_hooks(nullptr); }

@@ -13,10 +13,6 @@ namespace {
 
 const FitHints kHints{"other model", "edited plan"};
 
-std::string fixture(const std::string& name) {
-  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + name;
-}
-
 schema::Plan tied_lm_plan() {
   ShardedModel model = ShardedModel::load(fixture("tied_lm.pt"));
   ShardingScope scope(model, {2, 2, 1}, {});

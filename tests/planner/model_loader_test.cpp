@@ -9,10 +9,6 @@
 namespace mfsdp::planner {
 namespace {
 
-std::string fixture(const std::string& name) {
-  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + name;
-}
-
 // The forward trace as "call X" / "read T" lines, only module calls and parameter reads.
 std::vector<std::string> calls(const ModelIR& ir) {
   std::vector<std::string> out;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,19 @@
       EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "multi-line";     \
     }                                                                                     \
   } while (0)
+
+// A checked-in test input: tests/fixtures/NAME.
+inline std::string fixture(const std::string& name) {
+  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + name;
+}
+
+// The plan's unit of that name; throws std::logic_error if there is none.
+inline const mfsdp::schema::Unit& unit(const mfsdp::schema::Plan& plan, const std::string& name) {
+  for (const auto& u : plan.units) {
+    if (u.name == name) return u;
+  }
+  throw std::logic_error("no unit " + name);
+}
 
 // The plan's diagnostics as "code where", in plan order.
 inline std::vector<std::string> diagnostic_codes(const mfsdp::schema::Plan& plan) {

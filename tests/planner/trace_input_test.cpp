@@ -19,10 +19,6 @@ namespace {
 
 using Names = std::vector<std::string>;
 
-std::string fixture(const std::string& name) {
-  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + name;
-}
-
 std::vector<TraceInput> inputs(const Names& specs) {
   std::vector<TraceInput> out;
   for (const auto& spec : specs) out.push_back(parse_trace_input(spec));
@@ -63,13 +59,6 @@ schema::Plan static_plan(const std::string& name, const Names& units) {
   ShardingScope scope(model, {2, 2, 1}, {});
   for (const auto& u : units) scope.fully_shard(u);
   return scope.finalize();
-}
-
-const schema::Unit& unit(const schema::Plan& plan, const std::string& name) {
-  for (const auto& u : plan.units) {
-    if (u.name == name) return u;
-  }
-  throw std::logic_error("no unit " + name);
 }
 
 const schema::Diagnostic& diagnostic(const schema::Plan& plan, const std::string& code,

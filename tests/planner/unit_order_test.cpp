@@ -2,6 +2,7 @@
 
 #include "planner/sharding_scope.h"
 #include "tests/planner/ir_builder.h"
+#include "tests/planner/test_support.h"
 
 namespace mfsdp::planner {
 namespace {
@@ -22,13 +23,6 @@ Names codes(const schema::Plan& plan, const std::string& code) {
     if (d.code == code) where.push_back(d.where);
   }
   return where;
-}
-
-const schema::Unit& unit(const schema::Plan& plan, const std::string& name) {
-  for (const auto& u : plan.units) {
-    if (u.name == name) return u;
-  }
-  throw std::logic_error("no unit " + name);
 }
 
 IrBuilder with_params(IrBuilder b, const Names& modules) {

@@ -21,16 +21,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::RankLaunch;
 using testing::RankResult;
-
-std::string report(const std::vector<RankResult>& results) {
-  std::string text;
-  for (size_t r = 0; r < results.size(); ++r) {
-    text += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) +
-            (results[r].signal ? " signal " + std::to_string(results[r].signal) : "") +
-            "\nstdout: " + results[r].out + "stderr: " + results[r].err + "\n";
-  }
-  return text;
-}
+using testing::describe;
 
 // Runs `scenario` on `world` ranks against a store this test hosts.
 std::vector<RankResult> run_scenario(const std::string& scenario, int world,
@@ -48,10 +39,10 @@ std::vector<RankResult> run_scenario(const std::string& scenario, int world,
 
 void expect_all_ok(const std::vector<RankResult>& results, const std::string& scenario) {
   for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << report(results);
+    EXPECT_EQ(results[r].exit_code, 0) << describe(results);
     EXPECT_NE(results[r].out.find("rank " + std::to_string(r) + " ok: " + scenario),
               std::string::npos)
-        << report(results);
+        << describe(results);
   }
 }
 
@@ -83,19 +74,19 @@ TEST(Collectives, SubgroupsReduceWithinTheirGroupWhileRankZeroHostsTheStore) {
 TEST(Collectives, RankExitingDuringACollectiveFailsTheOthersWithinTheTimeout) {
   const auto timeout = 3s;
   const std::vector<RankResult> results = run_scenario("die", 3, timeout);
-  EXPECT_EQ(results[2].exit_code, 42) << report(results);
+  EXPECT_EQ(results[2].exit_code, 42) << describe(results);
   for (int r = 0; r < 2; ++r) {
     const RankResult& rank = results[r];
-    EXPECT_EQ(rank.exit_code, static_cast<int>(ExitCode::kRuntime)) << report(results);
+    EXPECT_EQ(rank.exit_code, static_cast<int>(ExitCode::kRuntime)) << describe(results);
     EXPECT_NE(
         rank.err.find("rank " + std::to_string(r) + ": reduce-scatter of grads on grads failed: "),
         std::string::npos)
-        << report(results);
+        << describe(results);
     std::smatch took;
     ASSERT_TRUE(std::regex_search(rank.out, took, std::regex("failed after ([0-9]+) ms")))
-        << report(results);
+        << describe(results);
     EXPECT_LE(std::stoi(took[1]), std::chrono::milliseconds(timeout).count() + 1000)
-        << report(results);
+        << describe(results);
   }
 }
 
@@ -103,20 +94,20 @@ TEST(Collectives, RankThatNeverJoinsMakesTheOthersTimeOut) {
   const auto timeout = 1s;
   const std::vector<RankResult> results = run_scenario("stall", 2, timeout);
   const RankResult& waiting = results[0];
-  EXPECT_EQ(waiting.exit_code, static_cast<int>(ExitCode::kRuntime)) << report(results);
+  EXPECT_EQ(waiting.exit_code, static_cast<int>(ExitCode::kRuntime)) << describe(results);
   EXPECT_NE(waiting.err.find("rank 0: reduce-scatter of grads on grads failed: "),
             std::string::npos)
-      << report(results);
-  EXPECT_NE(waiting.err.find("imed out"), std::string::npos) << report(results);
+      << describe(results);
+  EXPECT_NE(waiting.err.find("imed out"), std::string::npos) << describe(results);
   std::smatch took;
   ASSERT_TRUE(std::regex_search(waiting.out, took, std::regex("failed after ([0-9]+) ms")))
-      << report(results);
-  EXPECT_GE(std::stoi(took[1]), 900) << report(results);
-  EXPECT_LE(std::stoi(took[1]), 2500) << report(results);
+      << describe(results);
+  EXPECT_GE(std::stoi(took[1]), 900) << describe(results);
+  EXPECT_LE(std::stoi(took[1]), 2500) << describe(results);
   // The stalled rank's own collective fails once the other has given up and left.
-  EXPECT_EQ(results[1].exit_code, static_cast<int>(ExitCode::kRuntime)) << report(results);
+  EXPECT_EQ(results[1].exit_code, static_cast<int>(ExitCode::kRuntime)) << describe(results);
   EXPECT_NE(results[1].err.find("all-reduce of stalled rank on grads failed"), std::string::npos)
-      << report(results);
+      << describe(results);
 }
 
 // In-process: a world of one, or ranks that never come.

@@ -23,14 +23,8 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-const std::vector<std::string> kReorderedUnits = {"stem",     "blocks.0", "blocks.1",
-                                                  "blocks.2", "head",     "<root>"};
 constexpr int kExitUsage = 2;
 constexpr int kExitRuntime = 6;
-
-std::string fixture_path(const std::string& file) {
-  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + file;
-}
 
 std::string scratch_dir(const std::string& name) {
   const std::string dir = ::testing::TempDir() + "/executor_failure_" + name;
@@ -86,16 +80,6 @@ planner::ModelIR call_early(planner::ModelIR ir, const std::string& module,
   const std::vector<planner::CallEvent> extra = events(ir, call.first, call.second);
   ir.trace.insert(ir.trace.begin() + call_span(ir, before).first, extra.begin(), extra.end());
   return ir;
-}
-
-std::string report(const std::vector<RankResult>& results) {
-  std::string text;
-  for (size_t r = 0; r < results.size(); ++r) {
-    text += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) +
-            " signal " + std::to_string(results[r].signal) + "\nstdout: " + results[r].out +
-            "stderr: " + results[r].err + "\n";
-  }
-  return text;
 }
 
 bool contains(const std::string& text, const std::string& part) {
@@ -154,12 +138,12 @@ TEST(OrderCheck, UnitRunLaterThanPlannedStopsEveryRank) {
   const Outcome run =
       train_reordered(write_doctored_plan(dir, swapped), 2, 1, dir + "/result.pt", {});
   for (const RankResult& rank : run.ranks) {
-    EXPECT_EQ(rank.exit_code, kExitRuntime) << report(run.ranks);
+    EXPECT_EQ(rank.exit_code, kExitRuntime) << describe(run.ranks);
     EXPECT_TRUE(contains(rank.err,
                          "mfsdp: error: rank " + std::to_string(&rank - run.ranks.data()) +
                              ": unit blocks.0 reached pre_forward later than the plan has it (the "
                              "plan had already reached post_forward blocks.2 (call 0))"))
-        << report(run.ranks);
+        << describe(run.ranks);
   }
 }
 
@@ -170,14 +154,14 @@ TEST(OrderCheck, PlannedCallThatNeverComesWarnsAndTrainsAsTheReference) {
   const Outcome run = train_reordered(write_doctored_plan(dir, extra_call), 2, kSteps, out, {});
   for (size_t r = 0; r < run.ranks.size(); ++r) {
     const RankResult& rank = run.ranks[r];
-    ASSERT_EQ(rank.exit_code, 0) << report(run.ranks);
+    ASSERT_EQ(rank.exit_code, 0) << describe(run.ranks);
     EXPECT_TRUE(contains(rank.err, "mfsdp: warning: rank " + std::to_string(r) +
                                        ": the first microbatch's unit order differs from the "
                                        "plan: pre_forward blocks.0 (call 0) did not run before "
                                        "pre_forward blocks.2"))
-        << report(run.ranks);
+        << describe(run.ranks);
     // blocks.0's pre_forward and pre_backward of call 0.
-    EXPECT_TRUE(contains(rank.out, " divergences 2\n")) << report(run.ranks);
+    EXPECT_TRUE(contains(rank.out, " divergences 2\n")) << describe(run.ranks);
   }
   // Every rank performed the same planned collectives, blocks.0's first gather included, so
   // only the timing differs from a faithful plan: the values are single-process training's.
@@ -202,15 +186,15 @@ TEST(OrderCheck, PlannedCallThatNeverComesFailsEveryRankUnderStrictOrder) {
                                       dir + "/result.pt", {"--strict-order"});
   for (size_t r = 0; r < run.ranks.size(); ++r) {
     const RankResult& rank = run.ranks[r];
-    EXPECT_EQ(rank.exit_code, kExitRuntime) << report(run.ranks);
+    EXPECT_EQ(rank.exit_code, kExitRuntime) << describe(run.ranks);
     EXPECT_TRUE(contains(rank.err, "mfsdp: error: rank " + std::to_string(r) +
                                        ": the first microbatch's unit order differs from the "
                                        "plan: pre_forward blocks.0 (call 0) did not run"))
-        << report(run.ranks);
+        << describe(run.ranks);
     EXPECT_TRUE(contains(rank.err,
                          "; re-plan with the real unit order, or allow skipped calls "
                          "(strict_order off)"))
-        << report(run.ranks);
+        << describe(run.ranks);
   }
 }
 
@@ -227,12 +211,12 @@ TEST(PlanCheck, RankGivenAnotherPlanFailsEveryRankBeforeTraining) {
   const Outcome run =
       train_reordered(plan, 2, 1, dir + "/result.pt", {"--plan-for-rank", "1", other});
   for (const RankResult& rank : run.ranks) {
-    EXPECT_EQ(rank.exit_code, kExitUsage) << report(run.ranks);
+    EXPECT_EQ(rank.exit_code, kExitUsage) << describe(run.ranks);
     EXPECT_TRUE(contains(rank.err,
                          "mfsdp: error: rank(s) 1 were given a different plan or model than rank "
                          "0; give every rank the same plan and model files\n"))
-        << report(run.ranks);
-    EXPECT_TRUE(rank.out.empty()) << report(run.ranks);
+        << describe(run.ranks);
+    EXPECT_TRUE(rank.out.empty()) << describe(run.ranks);
   }
 }
 
@@ -245,20 +229,20 @@ TEST(DeadRank, OthersFailNamingACollectiveWithinTheTimeout) {
                                       {"--die-at-step", "1", "--die-rank", "1", "--timeout-ms",
                                        std::to_string(std::chrono::milliseconds(timeout).count())},
                                       60s);
-  EXPECT_EQ(run.ranks[1].exit_code, 9) << report(run.ranks);
+  EXPECT_EQ(run.ranks[1].exit_code, 9) << describe(run.ranks);
   for (int r : {0, 2}) {
     const RankResult& rank = run.ranks[r];
-    EXPECT_EQ(rank.signal, 0) << "rank " << r << " had to be killed\n" << report(run.ranks);
-    EXPECT_EQ(rank.exit_code, kExitRuntime) << report(run.ranks);
+    EXPECT_EQ(rank.signal, 0) << "rank " << r << " had to be killed\n" << describe(run.ranks);
+    EXPECT_EQ(rank.exit_code, kExitRuntime) << describe(run.ranks);
     const std::string prefix = "mfsdp: error: rank " + std::to_string(r) + ": ";
-    EXPECT_TRUE(contains(rank.err, prefix)) << report(run.ranks);
+    EXPECT_TRUE(contains(rank.err, prefix)) << describe(run.ranks);
     EXPECT_TRUE(contains(rank.err, "all-gather of") || contains(rank.err, "reduce-scatter of") ||
                 contains(rank.err, "failed"))
-        << report(run.ranks);
+        << describe(run.ranks);
   }
   // A dead peer's connections close with it, so the others fail at once rather than after the
   // timeout; the slack is for start-up on a busy machine.
-  EXPECT_LT(run.wall, timeout + 10s) << report(run.ranks);
+  EXPECT_LT(run.wall, timeout + 10s) << describe(run.ranks);
 }
 
 }  // namespace

@@ -14,6 +14,15 @@ namespace mfsdp::testing {
 // Divisible by 2, 3 and 4 ranks times 1 or 4 microbatches.
 inline constexpr int64_t kParityBatch = 48;
 
+// The units of tests/fixtures/reordered.pt, whose forward calls them out of definition order.
+inline const std::vector<std::string> kReorderedUnits = {"stem",     "blocks.0", "blocks.1",
+                                                         "blocks.2", "head",     "<root>"};
+
+// A checked-in test input: tests/fixtures/FILE.
+inline std::string fixture_path(const std::string& file) {
+  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + file;
+}
+
 executor::OptimizerConfig parity_optimizer(const std::string& kind);
 
 void save_parity_result(const std::string& path, const std::map<std::string, at::Tensor>& params,

@@ -31,10 +31,6 @@ struct ParityCase {
   std::vector<std::string> units;
 };
 
-std::string fixture_path(const std::string& file) {
-  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + file;
-}
-
 // How a case departs from the default (fp32, no clipping, 1e-5).
 struct ParityOptions {
   std::optional<double> clip_grad_norm;    // both sides clip the global norm before each step
@@ -77,15 +73,6 @@ std::string write_plan(const ParityCase& c, const ParityOptions& o, const std::s
   const std::string path = dir + "/plan.json";
   schema::write_file_atomically(path, schema::dump_plan(scope.finalize()));
   return path;
-}
-
-std::string report(const std::vector<RankResult>& results) {
-  std::string text;
-  for (size_t r = 0; r < results.size(); ++r) {
-    text += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) +
-            "\nstdout: " + results[r].out + "stderr: " + results[r].err + "\n";
-  }
-  return text;
 }
 
 constexpr int kSteps = 10;
@@ -133,7 +120,7 @@ Trained train_distributed(const ParityCase& c, const ParityOptions& options) {
   launch.limit = 120s;
   const std::vector<RankResult> ranks = run_ranks(launch);
   for (const auto& r : ranks) {
-    EXPECT_EQ(r.exit_code, 0) << report(ranks);
+    EXPECT_EQ(r.exit_code, 0) << describe(ranks);
     if (r.exit_code != 0) return {};
   }
   // Units really are sharded, and gathered memory is what the plan predicted, on every rank.
@@ -143,7 +130,7 @@ Trained train_distributed(const ParityCase& c, const ParityOptions& options) {
         "rank " + std::to_string(r) + " sharded_param_bytes " +
         std::to_string(planned.memory.sharded_param_bytes) + " peak_unsharded_bytes " +
         std::to_string(planned.memory.peak_unsharded_bytes) + " divergences 0";
-    EXPECT_NE(ranks[r].out.find(expected), std::string::npos) << expected << "\n" << report(ranks);
+    EXPECT_NE(ranks[r].out.find(expected), std::string::npos) << expected << "\n" << describe(ranks);
   }
 
   Trained trained;
@@ -222,8 +209,6 @@ void expect_parity(const ParityCase& c, const ParityOptions& options = ParityOpt
 }
 
 const std::vector<std::string> kGptUnits = {"layers.0", "layers.1", "<root>"};
-const std::vector<std::string> kReorderedUnits = {"stem",     "blocks.0", "blocks.1",
-                                                  "blocks.2", "head",     "<root>"};
 const std::vector<std::string> kTwoRootUnits = {"encoder", "decoder"};
 
 class GptParity : public ::testing::TestWithParam<std::tuple<int, std::string, int>> {};

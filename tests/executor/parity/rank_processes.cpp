@@ -68,4 +68,14 @@ int free_port() {
   return ntohs(address.sin_port);
 }
 
+std::string describe(const std::vector<RankResult>& results) {
+  std::string text;
+  for (size_t r = 0; r < results.size(); ++r) {
+    text += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) +
+            (results[r].signal ? " signal " + std::to_string(results[r].signal) : "") +
+            "\nstdout: " + results[r].out + "stderr: " + results[r].err + "\n";
+  }
+  return text;
+}
+
 }  // namespace mfsdp::testing

@@ -16,7 +16,7 @@ namespace {
 // Unit "a" with parameters of four dtypes, one of them frozen, and sizes that leave
 // alignment gaps and padding.
 schema::Unit plan_unit(int64_t shards) {
-  testing::IrBuilder b;
+  mfsdp::testing::IrBuilder b;
   b.module("a");
   b.param("a", "w", {5, 3});
   b.param("a", "b", {7});

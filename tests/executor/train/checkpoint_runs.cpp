@@ -16,10 +16,6 @@ namespace mfsdp::testing {
 
 using namespace std::chrono_literals;
 
-std::string fixture_path(const std::string& file) {
-  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + file;
-}
-
 std::string fresh_dir(const std::string& name) {
   const std::string dir = (std::filesystem::path(::testing::TempDir()) /
                            ("ckpt_" + name + "_" + std::to_string(::getpid())))
@@ -60,15 +56,6 @@ std::vector<RankResult> run_workers(const WorkerRun& run) {
   return run_ranks(launch);
 }
 
-std::string report(const std::vector<RankResult>& ranks) {
-  std::string text;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    text += "--- rank " + std::to_string(r) + " exit " + std::to_string(ranks[r].exit_code) +
-            "\nstdout: " + ranks[r].out + "stderr: " + ranks[r].err + "\n";
-  }
-  return text;
-}
-
 std::string trained_checkpoint(const std::string& dir, int steps,
                                std::map<std::string, at::Tensor>* params) {
   WorkerRun run;
@@ -78,7 +65,7 @@ std::string trained_checkpoint(const std::string& dir, int steps,
   run.dir = dir + "/ckpt";
   run.save_every = steps;
   const std::vector<RankResult> ranks = run_workers(run);
-  for (const auto& r : ranks) EXPECT_EQ(r.exit_code, 0) << report(ranks);
+  for (const auto& r : ranks) EXPECT_EQ(r.exit_code, 0) << describe(ranks);
   if (params) {
     std::vector<double> losses;
     load_parity_result(run.out, *params, losses);

@@ -8,11 +8,11 @@
 
 #include <torch/torch.h>
 
-#include "tests/executor/parity/rank_processes.h"
+#include "tests/executor/parity/parity_config.h"  // fixture_path
+#include "tests/executor/parity/rank_processes.h"  // describe
 
 namespace mfsdp::testing {
 
-std::string fixture_path(const std::string& file);
 // An empty directory of its own under the test temp dir.
 std::string fresh_dir(const std::string& name);
 // Plans tests/fixtures/tied_lm.pt (units layers.0, layers.1, <root>) into DIR/NAME.
@@ -31,8 +31,6 @@ struct WorkerRun {
   bool reseed = false;
 };
 std::vector<RankResult> run_workers(const WorkerRun& run);
-// Every rank's exit code and output, for assertion messages.
-std::string report(const std::vector<RankResult>& ranks);
 
 // Trains `steps` steps on 2 ranks and saves at the last one; returns the checkpoint's path.
 // `params` (if given) gets the full parameters at that step.

@@ -51,7 +51,7 @@ TEST(CheckpointResume, ContinuesBitForBitOnTwoRanks) {
   straight.dir = dir + "/ckpt";
   straight.save_every = 3;
   std::vector<RankResult> ranks = run_workers(straight);
-  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << report(ranks);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << describe(ranks);
   ASSERT_TRUE(fs::exists(dir + "/ckpt/step-00000003/manifest.json"));
   ASSERT_TRUE(fs::exists(dir + "/ckpt/step-00000006/manifest.json"));
 
@@ -61,8 +61,8 @@ TEST(CheckpointResume, ContinuesBitForBitOnTwoRanks) {
   resumed.dir.clear();
   resumed.resume = dir + "/ckpt/step-00000003";
   ranks = run_workers(resumed);
-  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << report(ranks);
-  EXPECT_NE(ranks[0].out.find("resumed at step 3"), std::string::npos) << report(ranks);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << describe(ranks);
+  EXPECT_NE(ranks[0].out.find("resumed at step 3"), std::string::npos) << describe(ranks);
 
   const Trained a = read_result(straight.out);
   const Trained b = read_result(resumed.out);
@@ -81,7 +81,7 @@ TEST(CheckpointResume, ContinuesBitForBitOnTwoRanks) {
   reseeded.out = dir + "/reseeded.pt";
   reseeded.reseed = true;
   ranks = run_workers(reseeded);
-  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << report(ranks);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << describe(ranks);
   EXPECT_FALSE(differing(a, read_result(reseeded.out)).empty());
 }
 
@@ -104,10 +104,10 @@ void expect_refused(const std::vector<RankResult>& ranks,
                     const std::vector<std::string>& rank_text) {
   ASSERT_EQ(ranks.size(), rank_text.size());
   for (size_t r = 0; r < ranks.size(); ++r) {
-    EXPECT_EQ(ranks[r].exit_code, 2) << report(ranks);
-    EXPECT_EQ(line_count(ranks[r].err), 1u) << report(ranks);
+    EXPECT_EQ(ranks[r].exit_code, 2) << describe(ranks);
+    EXPECT_EQ(line_count(ranks[r].err), 1u) << describe(ranks);
     EXPECT_NE(ranks[r].err.find(rank_text[r]), std::string::npos) << rank_text[r] << "\n"
-                                                                  << report(ranks);
+                                                                  << describe(ranks);
   }
 }
 
@@ -311,7 +311,7 @@ TEST(CheckpointSave, IgnoresAndRemovesCrashedSavesAndKeepsTheNewest) {
   run.save_every = 1;
   run.keep = 2;
   const std::vector<RankResult> ranks = run_workers(run);
-  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << report(ranks);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << describe(ranks);
 
   EXPECT_EQ(entries(ckpt), (std::set<std::string>{"step-00000003", "step-00000004"}));
   EXPECT_EQ(executor::latest_checkpoint(ckpt), ckpt + "/step-00000004");

@@ -61,10 +61,16 @@ ScheduleCursor::ScheduleCursor(const schema::Plan& plan) : plan_(plan) {
                         e.unit ? index.at(*e.unit) : -1, indices(e.all_gather), indices(e.wait),
                         indices(e.reshard)});
   }
+  planned_.assign(plan.units.size() * kPoints, 0);
+  for (const Entry& e : entries_) {
+    if (e.unit >= 0) ++planned_[e.unit * kPoints + static_cast<size_t>(e.point)];
+  }
+  reached_.assign(planned_.size(), 0);
 }
 
 void ScheduleCursor::restart() {
   next_ = 0;
+  std::fill(reached_.begin(), reached_.end(), 0);
 }
 
 void ScheduleCursor::run_entry(size_t index, std::vector<ScheduleAction>& out) {
@@ -74,8 +80,36 @@ void ScheduleCursor::run_entry(size_t index, std::vector<ScheduleAction>& out) {
   for (int u : e.reshard) out.push_back({ScheduleAction::Kind::kReshard, u});
 }
 
+namespace {
+
+// How to get a plan this step can follow: a static plan counts one call per call site under
+// data-dependent control flow, which only a traced step settles; a traced plan follows the
+// path its own inputs took.
+std::string replan_advice(const schema::Plan& plan, const schema::Unit& unit) {
+  const std::string how = "(docs/ordering.md#traced-orders)";
+  if (plan.trace) {
+    return "re-plan with the model's real unit order: `mfsdp plan --trace-input` with inputs "
+           "that take this step's path " +
+           how;
+  }
+  if (unit.repeated || unit.conditional) {
+    return "unit " + unit.name + " is called under data-dependent control flow (" +
+           (unit.repeated ? "a loop" : "an if") +
+           "), which a static plan cannot count: re-plan with `mfsdp plan --trace-input SHAPE` "
+           "so the plan follows a real step " +
+           how;
+  }
+  return "re-plan with the model's real unit order (`mfsdp plan --trace-input SHAPE` records it "
+         "from a real step) " +
+         how;
+}
+
+}  // namespace
+
 std::vector<ScheduleAction> ScheduleCursor::on_event(Point point, int unit) {
   const std::string wanted = point_name(point);
+  const size_t slot = unit * kPoints + static_cast<size_t>(point);
+  ++reached_.at(slot);
   size_t match = next_;
   while (match < entries_.size() &&
          !(entries_[match].unit == unit && entries_[match].point == point)) {
@@ -85,17 +119,15 @@ std::vector<ScheduleAction> ScheduleCursor::on_event(Point point, int unit) {
     // Running a unit after its planned point would need an all-gather the plan does not
     // have (and its slot may be taken): other ranks would not issue it, so this is fatal.
     const std::string& unit_name = plan_.units[unit].name;
-    bool planned_earlier = false;
-    for (size_t i = 0; i < next_ && !planned_earlier; ++i) {
-      planned_earlier = entries_[i].unit == unit && entries_[i].point == point;
-    }
+    const bool more_often = reached_[slot] > planned_[slot];
     const std::string last = next_ > 0 ? describe(plan_.schedule[next_ - 1]) : "the start";
     fail(ExitCode::kRuntime,
          "unit " + unit_name + " reached " + wanted +
-             (planned_earlier
-                  ? " later than the plan has it (the plan had already reached " + last + ")"
-                  : " more often than the plan counts") +
-             "; re-plan with the model's real unit order");
+             (more_often
+                  ? " more often than the plan counts (" + std::to_string(planned_[slot]) +
+                        " per microbatch)"
+                  : " later than the plan has it (the plan had already reached " + last + ")") +
+             "; " + replan_advice(plan_, plan_.units[unit]));
   }
   std::vector<ScheduleAction> out;
   for (size_t i = next_; i < match; ++i) {

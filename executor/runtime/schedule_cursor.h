@@ -64,6 +64,9 @@ class ScheduleCursor {
   std::vector<Entry> entries_;  // plan.schedule with unit indices
   size_t next_ = 0;
   std::vector<std::string> divergences_;
+  // Per unit and point (unit * kPoints + point): entries in the plan, events this microbatch.
+  static constexpr size_t kPoints = 5;
+  std::vector<int64_t> planned_, reached_;
 };
 
 // Reduce-scatters retire in the plan's order on every rank: a unit whose gradients are ready

@@ -97,12 +97,27 @@ TEST(ScheduleCursor, SkippedEntriesStillIssueTheirCollectivesAndAreReported) {
 
 TEST(ScheduleCursor, AnEventThePlanDoesNotHaveAheadFails) {
   const schema::Plan plan = golden("two_roots");
-  ScheduleCursor cursor(plan);
-  cursor.on_event(Point::kPreForward, unit(plan, "encoder"));
-  cursor.on_event(Point::kPostForward, unit(plan, "encoder"));
-  cursor.on_event(Point::kPreForward, unit(plan, "decoder"));
+  // A second call of a unit the plan calls once: more often than the plan counts.
+  ScheduleCursor again(plan);
+  again.on_event(Point::kPreForward, unit(plan, "encoder"));
+  again.on_event(Point::kPostForward, unit(plan, "encoder"));
+  again.on_event(Point::kPreForward, unit(plan, "decoder"));
   try {
-    cursor.on_event(Point::kPreForward, unit(plan, "encoder"));
+    again.on_event(Point::kPreForward, unit(plan, "encoder"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kRuntime);
+    EXPECT_NE(std::string(e.what()).find("unit encoder reached pre_forward more often than the "
+                                         "plan counts (1 per microbatch); re-plan with the "
+                                         "model's real unit order (`mfsdp plan --trace-input"),
+              std::string::npos)
+        << e.what();
+  }
+  // Its first call after the plan has passed it: later than the plan has it.
+  ScheduleCursor late(plan);
+  late.on_event(Point::kPreForward, unit(plan, "decoder"));
+  try {
+    late.on_event(Point::kPreForward, unit(plan, "encoder"));
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::kRuntime);

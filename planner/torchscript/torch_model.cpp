@@ -1,10 +1,14 @@
 #include "planner/torchscript/torch_model.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <tuple>
 #include <unordered_map>
+
+#include <torch/csrc/jit/ir/constants.h>
 
 #include "planner/torchscript/model_loader.h"
 #include "schema/error.h"
@@ -172,6 +176,8 @@ class Extractor {
         on_get_attr(node, ctx);
       } else if (kind == c10::prim::CallMethod) {
         on_call_method(node, ctx);
+      } else if (kind == c10::prim::Loop && unroll_loop(node, ctx)) {
+        continue;
       } else if (!node->blocks().empty()) {
         const bool saved_if = ctx.under_if, saved_loop = ctx.under_loop;
         if (kind == c10::prim::If) ctx.under_if = true;
@@ -182,6 +188,64 @@ class Extractor {
       }
     }
   }
+
+  // A loop whose trip count the graph fixes (`for _ in range(3)`, `for s in [a, b]`, nested
+  // ones too) runs its body that many times in the trace, so call counts and orders are
+  // exact; the body is walked once and its events repeated. False (walk it as a loop of
+  // unknown count, flagged) when the count or the continue condition depends on data, or the
+  // unrolled trace would pass kMaxUnrolledEvents.
+  bool unroll_loop(torch::jit::Node* loop, Context& ctx) {
+    const std::optional<int64_t> trips = constant_trip_count(loop);
+    if (!trips) return false;
+    const size_t start = ir_.trace.size();
+    walk_block(loop->blocks().at(0), ctx);
+    const size_t body = ir_.trace.size() - start;
+    if (body > 0 && static_cast<uint64_t>(*trips) > kMaxUnrolledEvents / body) {
+      for (size_t i = start; i < ir_.trace.size(); ++i) ir_.trace[i].under_loop = true;
+      return true;  // the body once, flagged like a data-dependent loop
+    }
+    if (*trips == 0) {
+      ir_.trace.resize(start);
+      return true;
+    }
+    ir_.trace.reserve(start + body * static_cast<size_t>(*trips));
+    for (int64_t turn = 1; turn < *trips; ++turn) {
+      for (size_t i = 0; i < body; ++i) ir_.trace.push_back(ir_.trace[start + i]);
+    }
+    return true;
+  }
+
+  // prim::Loop(max_trip_count, start_condition, carried...) with a body whose first output
+  // is the condition to go on: a fixed count when the count is a constant (or the length of
+  // a list built from a fixed number of elements) and both conditions are constant true.
+  static std::optional<int64_t> constant_trip_count(torch::jit::Node* loop) {
+    const auto is_true = [](const torch::jit::Value* v) {
+      const auto b = torch::jit::constant_as<bool>(v);
+      return b && *b;
+    };
+    if (loop->inputs().size() < 2 || loop->blocks().size() != 1 || !is_true(loop->input(1)) ||
+        loop->blocks()[0]->outputs().empty() || !is_true(loop->blocks()[0]->outputs()[0])) {
+      return std::nullopt;
+    }
+    const torch::jit::Value* count = loop->input(0);
+    std::optional<int64_t> n;
+    if (const auto value = torch::jit::constant_as<int64_t>(count)) {
+      n = *value;
+    } else if (count->node()->kind() == c10::aten::len && count->node()->inputs().size() == 1) {
+      const torch::jit::Value* list = count->node()->input(0);
+      if (list->node()->kind() == c10::prim::ListConstruct) {
+        n = static_cast<int64_t>(list->node()->inputs().size());
+      } else if (const auto constant = torch::jit::toIValue(list)) {
+        if (constant->isList()) n = static_cast<int64_t>(constant->toListRef().size());
+      }
+    }
+    if (!n) return std::nullopt;
+    return std::max<int64_t>(*n, 0);
+  }
+
+  // Unrolled loops past this many trace events stay loops (a warning), so a loop of a
+  // million turns cannot exhaust memory at planning.
+  static constexpr uint64_t kMaxUnrolledEvents = 1'000'000;
 
   void on_get_attr(torch::jit::Node* node, Context& ctx) {
     auto owner = ctx.objects.find(node->input(0));

@@ -90,6 +90,46 @@ TEST(FixturePlans, OnlyCallsUnderTheModelsIfAndLoopAreFlagged) {
   }
 }
 
+// Loops with a constant trip count are unrolled: each turn is a call, nothing is flagged.
+TEST(FixturePlans, ABlockLoopedAConstantNumberOfTimesIsCalledThatOften) {
+  const schema::Plan plan = plan_fixture("looped_lm.pt", {"block", "<root>"});
+  EXPECT_EQ(plan.forward_order, (Names{"<root>", "block"}));
+  EXPECT_EQ(plan.backward_order, (Names{"<root>", "block"}));
+  EXPECT_EQ(unit(plan, "block").call_count, 3);
+  EXPECT_FALSE(unit(plan, "block").repeated);
+  EXPECT_EQ(diagnostic_codes(plan), (Names{"unit.called_multiple_times block"}));
+  int64_t block_forwards = 0;
+  for (const auto& e : plan.schedule) {
+    block_forwards += e.unit == "block" && e.point == "pre_forward";
+  }
+  EXPECT_EQ(block_forwards, 3);
+  EXPECT_TRUE(schema::check_plan(plan).empty());
+}
+
+TEST(FixturePlans, NestedLoopsAndLoopsOverAConstantListAreUnrolled) {
+  const schema::Plan plan =
+      plan_fixture("constant_loops.pt", {"inp", "a", "b", "c", "out", "<root>"});
+  // Calls: inp, (a, b) x2, c x4, b x2, out; backward goes by last calls, reversed.
+  EXPECT_EQ(plan.forward_order, (Names{"<root>", "inp", "a", "b", "c", "out"}));
+  EXPECT_EQ(plan.backward_order, (Names{"<root>", "out", "b", "c", "a", "inp"}));
+  for (const auto& [name, calls] :
+       std::vector<std::pair<std::string, int64_t>>{{"inp", 1}, {"a", 2}, {"b", 4}, {"c", 4}}) {
+    EXPECT_EQ(unit(plan, name).call_count, calls) << name;
+    EXPECT_FALSE(unit(plan, name).repeated) << name;
+  }
+  for (const auto& code : diagnostic_codes(plan)) {
+    EXPECT_EQ(code.find("unit.in_loop"), std::string::npos) << code;
+  }
+  EXPECT_TRUE(schema::check_plan(plan).empty());
+}
+
+TEST(FixturePlans, ADataDependentWhileLoopStaysFlagged) {
+  const schema::Plan plan = plan_fixture("while_loop.pt", {"inp", "step", "out", "<root>"});
+  EXPECT_EQ(unit(plan, "step").call_count, 1);
+  EXPECT_TRUE(unit(plan, "step").repeated);
+  EXPECT_EQ(diagnostic_codes(plan), (Names{"unit.in_loop step", "unit.empty <root>"}));
+}
+
 TEST(FixturePlans, MixedDtypesFrozenParametersAndBuffersGroupSeparately) {
   const schema::Plan plan =
       plan_fixture("mixed.pt", {"embed", "proj", "proj64", "bn", "<root>"}, 3);

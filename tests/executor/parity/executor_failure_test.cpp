@@ -91,14 +91,15 @@ struct Outcome {
   std::chrono::milliseconds wall{0};
 };
 
-// `world` parity workers training reordered.pt for `steps` steps by `plan`, plus `flags`.
-Outcome train_reordered(const std::string& plan, int world, int steps, const std::string& out,
-                        std::vector<std::string> flags, std::chrono::milliseconds limit = 60s) {
+// `world` parity workers training `task` for `steps` steps by `plan`, plus `flags`.
+Outcome train_task(const std::string& task, const std::string& plan, int world, int steps,
+                   const std::string& out, std::vector<std::string> flags,
+                   std::chrono::milliseconds limit = 60s) {
   executor::StoreHost host(0);
   RankLaunch launch;
   launch.program = MFSDP_PARITY_WORKER;
-  launch.args = {"reordered", plan, fixture_path("reordered.pt"), std::to_string(steps), "1",
-                 "sgd",       out};
+  launch.args = {task,  plan, fixture_path(task_named(task).fixture), std::to_string(steps), "1",
+                 "sgd", out};
   launch.args.insert(launch.args.end(), flags.begin(), flags.end());
   launch.world_size = world;
   launch.master_port = host.port();
@@ -110,6 +111,12 @@ Outcome train_reordered(const std::string& plan, int world, int steps, const std
   run.ranks = run_ranks(launch);
   run.wall = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
   return run;
+}
+
+// The same, training reordered.pt.
+Outcome train_reordered(const std::string& plan, int world, int steps, const std::string& out,
+                        std::vector<std::string> flags, std::chrono::milliseconds limit = 60s) {
+  return train_task("reordered", plan, world, steps, out, std::move(flags), limit);
 }
 
 // A plan for reordered.pt, which runs stem, blocks.2, blocks.0, blocks.1, head, made from a
@@ -177,6 +184,29 @@ TEST(OrderCheck, PlannedCallThatNeverComesWarnsAndTrainsAsTheReference) {
   }
   for (int s = 0; s < kSteps; ++s) {
     EXPECT_NEAR(losses[s], reference.losses[s], 1e-5 * std::abs(reference.losses[s]));
+  }
+}
+
+// while_loop.pt's loop turns twice on 24 rows, which a static plan cannot know: it counts one
+// call, and the second fails every rank on the first step with the fix (parity_test.cpp trains
+// the traced plan).
+TEST(OrderCheck, ALoopTurningMoreOftenThanAStaticPlanCountsFailsNamingTheTrace) {
+  const std::string dir = scratch_dir("while_loop");
+  planner::ShardedModel model = planner::ShardedModel::load(fixture_path("while_loop.pt"));
+  planner::ShardingScope scope(model, {2, 2, 1}, {});
+  for (const char* u : {"inp", "step", "out", "<root>"}) scope.fully_shard(u);
+  const std::string plan = dir + "/plan.json";
+  schema::write_file_atomically(plan, schema::dump_plan(scope.finalize()));
+  const Outcome run = train_task("while_loop", plan, 2, 1, dir + "/result.pt", {});
+  for (const RankResult& rank : run.ranks) {
+    EXPECT_EQ(rank.exit_code, kExitRuntime) << describe(run.ranks);
+    EXPECT_TRUE(contains(rank.err,
+                         "unit step reached pre_forward more often than the plan counts (1 per "
+                         "microbatch); unit "
+                         "step is called under data-dependent control flow (a loop), which a "
+                         "static plan cannot count: re-plan with `mfsdp plan --trace-input "
+                         "SHAPE`"))
+        << describe(run.ranks);
   }
 }
 

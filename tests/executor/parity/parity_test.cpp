@@ -12,6 +12,7 @@
 
 #include "executor/comm/rendezvous.h"
 #include "planner/sharding_scope.h"
+#include "planner/trace_input.h"
 #include "schema/plan_json.h"
 #include "tests/executor/parity/parity_config.h"
 #include "tests/executor/parity/rank_processes.h"
@@ -39,6 +40,9 @@ struct ParityOptions {
   bool evaluate = false;    // forward-only evaluation before each step, checked too
   std::vector<std::string> checkpoint;  // units under activation checkpointing
   std::optional<uint64_t> seed;         // the ranks' CPU generator seeds, seed + rank
+  // Plans from one traced step of this many rows (mfsdp plan --trace-input) instead of the
+  // static call graph alone.
+  std::optional<int64_t> trace_rows;
 };
 
 ParityOptions checkpointing(std::vector<std::string> units, ParityOptions o = ParityOptions()) {
@@ -65,10 +69,22 @@ std::string write_plan(const ParityCase& c, const ParityOptions& o, const std::s
   schema::Policy policy;
   policy.param_dtype = o.param_dtype;
   planner::ShardingScope scope(model, {c.world, c.world / c.replicate, c.replicate}, policy);
+  std::vector<std::string> paths;
+  std::vector<bool> checkpointed;
   for (const auto& u : c.units) {
     const bool checkpoint =
         std::find(o.checkpoint.begin(), o.checkpoint.end(), u) != o.checkpoint.end();
     scope.fully_shard(u, {checkpoint});
+    paths.push_back(u == "<root>" ? "" : u);
+    checkpointed.push_back(checkpoint);
+  }
+  if (o.trace_rows) {
+    const std::string spec = std::to_string(*o.trace_rows) + "x" +
+                             std::to_string(task.in_features) +
+                             (task.language_model ? ":int64" : "");
+    scope.use_trace(planner::trace_units(fixture_path(task.fixture), paths,
+                                         {planner::parse_trace_input(spec)}, o.param_dtype,
+                                         checkpointed));
   }
   const std::string path = dir + "/plan.json";
   schema::write_file_atomically(path, schema::dump_plan(scope.finalize()));
@@ -91,7 +107,8 @@ Trained train_distributed(const ParityCase& c, const ParityOptions& options) {
       std::to_string(c.replicate) + "_" + c.optimizer + "_" + std::to_string(c.microbatches) +
       (clip_grad_norm ? "_clip" : "") + (options.param_dtype ? "_" + *options.param_dtype : "") +
       (options.evaluate ? "_eval" : "") + (options.checkpoint.empty() ? "" : "_ckpt") +
-      (options.seed ? "_seed" + std::to_string(*options.seed) : "");
+      (options.seed ? "_seed" + std::to_string(*options.seed) : "") +
+      (options.trace_rows ? "_traced" : "");
   std::filesystem::create_directories(dir);
   const std::string plan = write_plan(c, options, dir);
   const std::string out = dir + "/result.pt";
@@ -130,7 +147,8 @@ Trained train_distributed(const ParityCase& c, const ParityOptions& options) {
         "rank " + std::to_string(r) + " sharded_param_bytes " +
         std::to_string(planned.memory.sharded_param_bytes) + " peak_unsharded_bytes " +
         std::to_string(planned.memory.peak_unsharded_bytes) + " divergences 0";
-    EXPECT_NE(ranks[r].out.find(expected), std::string::npos) << expected << "\n" << describe(ranks);
+    EXPECT_NE(ranks[r].out.find(expected), std::string::npos) << expected << "\n"
+                                                              << describe(ranks);
   }
 
   Trained trained;
@@ -269,6 +287,26 @@ TEST(Parity, EvaluationBetweenStepsGivesTheReferenceLoss) {
 TEST(Parity, HybridShardingTwoByTwo) {
   expect_parity({"tied_lm", 4, 2, "adamw", 4, kGptUnits});
   expect_parity({"tied_lm", 4, 2, "sgd", 1, kGptUnits});
+}
+
+// Loops with a constant trip count are unrolled at planning (docs/ordering.md#loops): one
+// block applied three times with a head tied to the embedding, and two units in one loop,
+// nested loops and a loop over a list, train like the reference from a static plan.
+TEST(Parity, ABlockLoopedThreeTimesTrainsLikeTheReference) {
+  expect_parity({"looped_lm", 2, 1, "adamw", 1, {"block", "<root>"}});
+  expect_parity({"looped_lm", 3, 1, "sgd", 4, {"block", "<root>"}});
+}
+
+TEST(Parity, NestedAndListLoopsTrainLikeTheReference) {
+  expect_parity({"constant_loops", 2, 1, "adamw", 4, {"inp", "a", "b", "c", "out", "<root>"}});
+}
+
+// A data-dependent while loop turns twice on each rank's 24 rows; a static plan counts one
+// call (executor_failure_test.cpp has that run fail), a plan traced with 24 rows trains.
+TEST(Parity, DataDependentLoopTrainsFromATracedPlan) {
+  ParityOptions traced;
+  traced.trace_rows = 24;
+  expect_parity({"while_loop", 2, 1, "adamw", 1, {"inp", "step", "out", "<root>"}}, traced);
 }
 
 // Activation checkpointing (planner/torchscript/unit_checkpoint.h) recomputes the blocks'

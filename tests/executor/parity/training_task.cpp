@@ -10,6 +10,9 @@ TrainingTask task_named(const std::string& name) {
   if (name == "two_roots") return {"two_roots.pt", false, 16, 16};
   if (name == "called_twice") return {"called_twice.pt", false, 8, 4};
   if (name == "dropout_lm") return {"dropout_lm.pt", true, 16, 256};
+  if (name == "looped_lm") return {"looped_lm.pt", true, 16, 256};
+  if (name == "constant_loops") return {"constant_loops.pt", false, 8, 4};
+  if (name == "while_loop") return {"while_loop.pt", false, 8, 4};
   throw std::invalid_argument("unknown training task " + name);
 }
 

@@ -25,70 +25,56 @@ torch::jit::Module loop_model(const std::string& body) {
   return model;
 }
 
-struct StepCalls {
-  int64_t count = 0;
-  bool under_loop = false;
-};
-
-StepCalls step_calls(const std::string& body) {
+// Expects `body` to call step `count` times, flagged under_loop or not.
+void expect_step_calls(const std::string& body, int64_t count, bool under_loop) {
+  SCOPED_TRACE(body);
   const ModelIR ir = extract_model(loop_model(body), "loops");
   const int step = ir.find_module("step");
-  StepCalls out;
+  int64_t calls = 0;
+  bool flagged = false;
   for (const CallEvent& e : ir.trace) {
     if (e.kind != CallEvent::Kind::kEnter || e.module != step) continue;
-    ++out.count;
-    out.under_loop = out.under_loop || e.under_loop;
+    ++calls;
+    flagged = flagged || e.under_loop;
   }
-  return out;
+  EXPECT_EQ(calls, count);
+  EXPECT_EQ(flagged, under_loop);
 }
 
 TEST(LoopUnrolling, AConstantRangeIsOneCallPerTurn) {
-  const StepCalls calls = step_calls("  for _ in range(3):\n    x = self.step.forward(x)\n  return x\n");
-  EXPECT_EQ(calls.count, 3);
-  EXPECT_FALSE(calls.under_loop);
+  expect_step_calls("  for _ in range(3):\n    x = self.step.forward(x)\n  return x\n", 3, false);
+  expect_step_calls("  for _ in range(0):\n    x = self.step.forward(x)\n  return x\n", 0, false);
 }
 
 TEST(LoopUnrolling, NestedLoopsAndALoopOverAListMultiply) {
-  const StepCalls calls = step_calls(
+  expect_step_calls(
       "  for i in range(2):\n"
       "    for s in [1.0, 2.0, 3.0]:\n"
       "      x = self.step.forward(x) * s\n"
-      "  return x\n");
-  EXPECT_EQ(calls.count, 6);
-  EXPECT_FALSE(calls.under_loop);
+      "  return x\n",
+      6, false);
 }
 
-TEST(LoopUnrolling, ZeroTurnsCallNothing) {
-  const StepCalls calls = step_calls("  for _ in range(0):\n    x = self.step.forward(x)\n  return x\n");
-  EXPECT_EQ(calls.count, 0);
-}
-
-TEST(LoopUnrolling, ACountFromDataStaysOneFlaggedCall) {
-  const StepCalls calls = step_calls(
+TEST(LoopUnrolling, ACountOrAConditionFromDataStaysOneFlaggedCall) {
+  expect_step_calls(
       "  n = int(x.sum())\n"
       "  for _ in range(n):\n"
       "    x = self.step.forward(x)\n"
-      "  return x\n");
-  EXPECT_EQ(calls.count, 1);
-  EXPECT_TRUE(calls.under_loop);
-}
-
-TEST(LoopUnrolling, ABreakMakesTheConditionDataDependent) {
-  const StepCalls calls = step_calls(
+      "  return x\n",
+      1, true);
+  // A break makes the condition to go on depend on data.
+  expect_step_calls(
       "  for _ in range(3):\n"
       "    x = self.step.forward(x)\n"
       "    if bool(x.sum() > 0):\n"
       "      break\n"
-      "  return x\n");
-  EXPECT_EQ(calls.count, 1);
-  EXPECT_TRUE(calls.under_loop);
+      "  return x\n",
+      1, true);
 }
 
 TEST(LoopUnrolling, ALoopTooLongToUnrollStaysOneFlaggedCall) {
-  const StepCalls calls =
-      step_calls("  for _ in range(2000000):\n    x = self.step.forward(x)\n  return x\n");
-  EXPECT_EQ(calls.count, 1);
-  EXPECT_TRUE(calls.under_loop);
+  expect_step_calls("  for _ in range(2000000):\n    x = self.step.forward(x)\n  return x\n", 1,
+                    true);
 }
 
 }  // namespace

@@ -200,7 +200,8 @@ class Extractor {
     const size_t start = ir_.trace.size();
     walk_block(loop->blocks().at(0), ctx);
     const size_t body = ir_.trace.size() - start;
-    if (body > 0 && static_cast<uint64_t>(*trips) > kMaxUnrolledEvents / body) {
+    if (body == 0) return true;  // nothing to repeat, however long the loop
+    if (static_cast<uint64_t>(*trips) > kMaxUnrolledEvents / body) {
       for (size_t i = start; i < ir_.trace.size(); ++i) ir_.trace[i].under_loop = true;
       return true;  // the body once, flagged like a data-dependent loop
     }

@@ -72,6 +72,15 @@ TEST(LoopUnrolling, ACountOrAConditionFromDataStaysOneFlaggedCall) {
       1, true);
 }
 
+// A loop that calls no module unrolls to nothing, however long.
+TEST(LoopUnrolling, ALongLoopWithoutCallsCostsNothing) {
+  expect_step_calls(
+      "  for _ in range(4000000000000000000):\n"
+      "    x = x + 1.0\n"
+      "  return self.step.forward(x)\n",
+      1, false);
+}
+
 TEST(LoopUnrolling, ALoopTooLongToUnrollStaysOneFlaggedCall) {
   expect_step_calls("  for _ in range(2000000):\n    x = self.step.forward(x)\n  return x\n", 1,
                     true);

@@ -234,7 +234,7 @@ class Extractor {
       n = *value;
     } else if (count->node()->kind() == c10::aten::len && count->node()->inputs().size() == 1) {
       const torch::jit::Value* list = count->node()->input(0);
-      if (list->node()->kind() == c10::prim::ListConstruct) {
+      if (list->node()->kind() == c10::prim::ListConstruct && only_read(list)) {
         n = static_cast<int64_t>(list->node()->inputs().size());
       } else if (const auto constant = torch::jit::toIValue(list)) {
         if (constant->isList()) n = static_cast<int64_t>(constant->toListRef().size());
@@ -242,6 +242,16 @@ class Extractor {
     }
     if (!n) return std::nullopt;
     return std::max<int64_t>(*n, 0);
+  }
+
+  // Whether a list is only measured and indexed: an append or any other use could change
+  // its length after the ListConstruct that gives it.
+  static bool only_read(const torch::jit::Value* list) {
+    for (const torch::jit::Use& use : list->uses()) {
+      const auto kind = use.user->kind();
+      if (kind != c10::aten::len && kind != c10::aten::__getitem__) return false;
+    }
+    return true;
   }
 
   // Unrolled loops past this many trace events stay loops (a warning), so a loop of a

@@ -55,6 +55,17 @@ TEST(LoopUnrolling, NestedLoopsAndALoopOverAListMultiply) {
       6, false);
 }
 
+// A list that grows before the loop has another length than the one it was built with.
+TEST(LoopUnrolling, ALoopOverAListChangedBeforehandStaysOneFlaggedCall) {
+  expect_step_calls(
+      "  scales = [1.0, 2.0]\n"
+      "  scales.append(3.0)\n"
+      "  for s in scales:\n"
+      "    x = self.step.forward(x) * s\n"
+      "  return x\n",
+      1, true);
+}
+
 TEST(LoopUnrolling, ACountOrAConditionFromDataStaysOneFlaggedCall) {
   expect_step_calls(
       "  n = int(x.sum())\n"

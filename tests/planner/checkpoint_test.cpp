@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 #include <torch/script.h>
+#include <torch/version.h>
 
 #include "planner/torchscript/host_memory.h"
 #include "planner/torchscript/instrumentation.h"
@@ -84,8 +85,15 @@ void expect_same_gradients(const Step& got, const Step& want) {
   EXPECT_TRUE(at::allclose(got.output, want.output, 0, 0));
   for (const auto& [name, grad] : want.grads) {
     ASSERT_TRUE(got.grads.count(name)) << name;
-    // The recompute runs the same kernels on the same values: equal, not merely close.
-    EXPECT_TRUE(at::equal(got.grads.at(name), grad)) << name;
+    // The recompute runs the same kernels on the same values. LibTorch 1.13 then gives equal
+    // gradients; 2.x may add a tensor's gradient contributions in another order when part of
+    // the graph is recomputed (measured with 2.15: up to 2e-6 on elements up to 50), so there
+    // they must agree within a few float roundings of the largest element. A wrong recompute
+    // (other dropout masks, other inputs) is off by far more.
+    const double diff = (got.grads.at(name) - grad).abs().max().item<double>();
+    const double scale = grad.abs().max().item<double>();
+    const double rounding = TORCH_VERSION_MAJOR < 2 ? 0.0 : 8 * 1.1920929e-7 * scale;
+    EXPECT_LE(diff, rounding) << name << ": max difference " << diff << " of max " << scale;
   }
 }
 

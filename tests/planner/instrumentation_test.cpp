@@ -79,7 +79,8 @@ class Instrumentation : public ::testing::TestWithParam<ExecutorConfig> {
 
 INSTANTIATE_TEST_SUITE_P(Executors, Instrumentation,
                          ::testing::Values(ExecutorConfig{true, true}, ExecutorConfig{false, true},
-                                         ExecutorConfig{true, false}, ExecutorConfig{false, false}),
+                                           ExecutorConfig{true, false},
+                                           ExecutorConfig{false, false}),
                          config_name);
 
 at::Tensor forward(torch::jit::Module& model, const at::Tensor& input) {

@@ -19,9 +19,9 @@ namespace mfsdp::executor {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::describe;
 using testing::RankLaunch;
 using testing::RankResult;
-using testing::describe;
 
 // Runs `scenario` on `world` ranks against a store this test hosts.
 std::vector<RankResult> run_scenario(const std::string& scenario, int world,

@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 
-#include "tests/executor/parity/parity_config.h"  // fixture_path
+#include "tests/executor/parity/parity_config.h"   // fixture_path
 #include "tests/executor/parity/rank_processes.h"  // describe
 
 namespace mfsdp::testing {

@@ -7,6 +7,7 @@
 
 #include "schema/error.h"
 #include "schema/plan_json.h"
+#include "tests/planner/test_support.h"  // EXPECT_MFSDP_ERROR
 
 namespace mfsdp::executor {
 namespace {
@@ -102,31 +103,16 @@ TEST(ScheduleCursor, AnEventThePlanDoesNotHaveAheadFails) {
   again.on_event(Point::kPreForward, unit(plan, "encoder"));
   again.on_event(Point::kPostForward, unit(plan, "encoder"));
   again.on_event(Point::kPreForward, unit(plan, "decoder"));
-  try {
-    again.on_event(Point::kPreForward, unit(plan, "encoder"));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ExitCode::kRuntime);
-    EXPECT_NE(std::string(e.what()).find("unit encoder reached pre_forward more often than the "
-                                         "plan counts (1 per microbatch); re-plan with the "
-                                         "model's real unit order (`mfsdp plan --trace-input"),
-              std::string::npos)
-        << e.what();
-  }
+  EXPECT_MFSDP_ERROR(again.on_event(Point::kPreForward, unit(plan, "encoder")), ExitCode::kRuntime,
+                     "unit encoder reached pre_forward more often than the plan counts (1 per "
+                     "microbatch); re-plan with the model's real unit order (`mfsdp plan "
+                     "--trace-input");
   // Its first call after the plan has passed it: later than the plan has it.
   ScheduleCursor late(plan);
   late.on_event(Point::kPreForward, unit(plan, "decoder"));
-  try {
-    late.on_event(Point::kPreForward, unit(plan, "encoder"));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ExitCode::kRuntime);
-    EXPECT_NE(std::string(e.what()).find("unit encoder reached pre_forward later than the plan has "
-                                         "it (the plan had already reached pre_forward decoder "
-                                         "(call 0))"),
-              std::string::npos)
-        << e.what();
-  }
+  EXPECT_MFSDP_ERROR(late.on_event(Point::kPreForward, unit(plan, "encoder")), ExitCode::kRuntime,
+                     "unit encoder reached pre_forward later than the plan has it (the plan had "
+                     "already reached pre_forward decoder (call 0))");
 }
 
 TEST(ScheduleCursor, RestartBeginsTheNextMicrobatch) {

@@ -201,7 +201,8 @@ void diagnose_units(PlanIR& ir, const std::vector<int64_t>* static_count) {
     if (unit.repeated) {
       ir.diagnose("warning", "unit.in_loop",
                   "unit " + unit.name +
-                      " is called inside a loop whose trip count depends on data (prim::Loop); " +
+                      " is called inside a prim::Loop that mfsdp cannot unroll (its trip count "
+                      "depends on data, or it would pass a million trace events); " +
                       (run ? "the plan counts the " + times(calls) + " the traced step called it"
                            : "the plan counts one call per call site") +
                       ", and the executor reports where a step diverges from it",

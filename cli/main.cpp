@@ -21,7 +21,7 @@
 
 namespace {
 
-const char* const kTorchCommands[] = {"plan", "run", "export"};
+const char* const kTorchCommands[] = {"plan", "run", "export", "reshard"};
 
 // `validate --model` loads the model; `validate` alone reads only the plan.
 bool validates_against_model(int argc, char** argv) {
@@ -72,6 +72,8 @@ int main(int argc, char** argv) {
   app.add_subcommand("plan", "Compile a TorchScript model and a sharding scope into a plan file");
   app.add_subcommand("run", "Train a model by a plan: start the ranks, or be one");
   app.add_subcommand("export", "Write a checkpoint's trained model as a TorchScript file");
+  app.add_subcommand(
+      "reshard", "Lay a checkpoint out for another plan of its model (world size, mesh, units)");
   mfsdp::cli::add_validate_command(app);
   mfsdp::cli::add_show_command(app);
   mfsdp::cli::add_diff_command(app);

@@ -67,6 +67,11 @@ Examples:
       --microbatches 4 --steps 200 --checkpoint-dir ckpt --checkpoint-every 50
   # ... and after a crash, the same command with --resume continues bit-exactly.
 
+  # Continue it on 4 ranks: a 4-rank plan of the same model; the checkpoint is resharded:
+  mfsdp plan gpt.pt --world-size 4 --unit 'layers.*' --unit '<root>' -o gpt4.plan.json
+  mfsdp run gpt4.plan.json --nproc-per-node 4 --input-shape 64 --global-batch 32 \
+      --microbatches 4 --steps 200 --resume ckpt --checkpoint-dir ckpt4
+
   # Metrics per step and rank, and a timeline of steps 2-4 for Perfetto:
   mfsdp run gpt.plan.json --nproc-per-node 2 --input-shape 64 --steps 20 --metrics m.jsonl \
       --trace trace.json
@@ -239,6 +244,13 @@ executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
                               const schema::Plan& plan) {
   executor::TrainConfig config = flags.train;
   config.plan_path = flags.plan;
+  config.resume = cmd.count("--resume") > 0;
+  std::error_code error;
+  if (!config.resume_from.empty() && std::filesystem::is_regular_file(config.resume_from, error)) {
+    fail(ExitCode::kUsage, "--resume " + config.resume_from +
+                               ": a checkpoint is a directory, and this is a file; put the plan "
+                               "first: mfsdp run PLAN ... --resume [CKPT]");
+  }
   const bool model_from_plan = config.model_path.empty();
   if (model_from_plan) {
     const schema::ModelLocation model = schema::locate_model(plan.model.path, flags.plan);
@@ -253,7 +265,6 @@ executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
     }
   }
   // Caught here, once, instead of by every rank's loader: say where the path came from.
-  std::error_code error;
   if (!std::filesystem::is_regular_file(config.model_path, error)) {
     if (model_from_plan) {
       fail(ExitCode::kUsage, config.model_path + ": no such model file; " + flags.plan +
@@ -585,8 +596,12 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   whole("--checkpoint-every", "Save every K steps (default 0: only at the end)")->group(outputs);
   whole("--keep-checkpoints", "Newest checkpoints to keep (default 2; 0 keeps all)")
       ->group(outputs);
-  cmd->add_flag("--resume", t.resume,
-                "Continue from the newest complete checkpoint in --checkpoint-dir (if any)")
+  cmd->add_option("--resume", t.resume_from,
+                  "Continue from the newest complete checkpoint in --checkpoint-dir (if any), or "
+                  "from CKPT (a step directory or a directory of them); a checkpoint of another "
+                  "plan of the model (world size, mesh, units) is resharded")
+      ->expected(0, 1)
+      ->type_name("[CKPT]")
       ->group(outputs);
   cmd->add_option("--save-model", t.save_model,
                   "Write the trained model as TorchScript here at the end")

@@ -131,7 +131,8 @@ void save_into_temp(Context& context, ShardedOptimizer& optimizer, const Trainin
                 [&] {
                   const std::string file = (temp / rank_file_name(context.rank())).string();
                   const RankFileEntry entry =
-                      write_rank_file(file, collect_rank_state(context, state.step), optimizer);
+                      write_rank_file(file, collect_rank_state(context, state.step),
+                                      [&](auto& archive) { optimizer.save(archive); });
                   write_durably(file + ".json", rank_entry_to_json(entry).dump());
                 }),
         ExitCode::kIo, others);

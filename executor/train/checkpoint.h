@@ -29,6 +29,10 @@ struct TrainingState {
   // The model file the run loaded, recorded (made absolute) for export. Empty: the one the
   // context loaded. Not restored by load_checkpoint.
   std::string model_path;
+  // Set by load_checkpoint when the checkpoint was saved under another plan of the model and
+  // resharded for this one: the saved layout, e.g. "2 ranks as shard 2 x replicate 1, plan
+  // 5b0c3e1a9d2f". Empty when it was this run's plan.
+  std::string resharded_from;
 };
 
 // The directory name of a step's checkpoint: "step-" and at least 8 digits.
@@ -58,11 +62,18 @@ struct LatestCheckpoint {
 };
 LatestCheckpoint find_latest_checkpoint(const std::string& dir);
 
+// `path` itself when it is a checkpoint (holds a manifest.json), else the newest complete
+// checkpoint of the directory `path`, warning on std::cerr about each newer damaged one it
+// passes over ("...; <doing> the newest complete one, PATH") when `warn`. Error(kUsage) when
+// `path` is neither.
+std::string resolve_checkpoint(const std::string& path, const std::string& doing, bool warn = true);
+
 // Collective. Restores this rank's master shards, optimizer state, buffers and the default
-// CPU generator (dropout), and returns the saved step and config. Refuses with Error(kUsage),
-// on every rank and before changing anything, a checkpoint of another format, world size,
-// mesh, plan (any difference in the plan's sha256) or optimizer kind, and a rank file that
-// is missing, truncated or corrupt.
+// CPU generator (dropout), and returns the saved step and config. A checkpoint saved under
+// another plan of the same model (world size, mesh, units, layout, schedule) is resharded
+// for this one (reshard.h). Refuses with Error(kUsage), on every rank and before changing
+// anything, a checkpoint of another format, model (structural hash) or optimizer kind, and a
+// rank file that is missing, truncated or corrupt.
 TrainingState load_checkpoint(Context& context, ShardedOptimizer& optimizer,
                               const std::string& checkpoint);
 

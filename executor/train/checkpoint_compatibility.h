@@ -1,7 +1,7 @@
 #pragma once
-// Whether this run may resume a checkpoint: the same world size, mesh, plan (by its sha256)
-// and optimizer kind, or a refusal that says which differs and how to resume it. No LibTorch
-// in this header.
+// Whether this run may resume a checkpoint, and how: its own plan (loaded as saved) or another
+// plan of the same model (resharded), or a refusal that says what differs and how to resume
+// it. No LibTorch in this header.
 
 #include <string>
 
@@ -12,8 +12,14 @@ namespace mfsdp::executor {
 class Context;
 class ShardedOptimizer;
 
-// Throws Error(kUsage) naming `checkpoint`, what differs, and the plan to resume it with.
-void check_compatible(const Manifest& manifest, Context& context, const ShardedOptimizer& optimizer,
-                      const std::string& checkpoint);
+enum class CheckpointFit {
+  kSamePlan,  // saved under this run's plan (same sha256): loaded file for file
+  kReshard,   // saved under another plan of the same model: laid out anew (reshard.h)
+};
+
+// Throws Error(kUsage) naming `checkpoint` for an optimizer of another kind or a model of
+// another structure, with what to resume it with.
+CheckpointFit check_compatible(const Manifest& manifest, Context& context,
+                               const ShardedOptimizer& optimizer, const std::string& checkpoint);
 
 }  // namespace mfsdp::executor

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iostream>
 #include <optional>
 
 #include "executor/train/checkpoint.h"
@@ -87,6 +88,29 @@ LatestCheckpoint find_latest_checkpoint(const std::string& dir) {
     }
   }
   return latest;
+}
+
+std::string resolve_checkpoint(const std::string& path, const std::string& doing, bool warn) {
+  std::error_code error;
+  if (fs::exists(fs::path(path) / kManifestFile, error)) return path;
+  if (!fs::is_directory(path, error)) {
+    fail(ExitCode::kUsage, path +
+                               ": no such checkpoint directory; pass a step-NNNNNNNN directory "
+                               "that training saved, or the directory that holds them");
+  }
+  const LatestCheckpoint found = find_latest_checkpoint(path);
+  if (found.path) {
+    for (const std::string& skipped : found.passed_over) {
+      if (!warn) break;
+      std::cerr << "mfsdp: warning: passing over " << skipped
+                << ", which is not a complete checkpoint; " << doing << " the newest complete one, "
+                << *found.path << std::endl;
+    }
+    return *found.path;
+  }
+  fail(ExitCode::kUsage, path +
+                             " is not a checkpoint (it has no manifest.json) and holds no "
+                             "complete one; pass a step-NNNNNNNN directory that a save completed");
 }
 
 }  // namespace mfsdp::executor

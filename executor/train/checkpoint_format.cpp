@@ -11,6 +11,8 @@
 #include "schema/digest.h"
 #include "schema/error.h"
 #include "schema/file_descriptor.h"
+#include "schema/plan_check.h"
+#include "schema/plan_loader.h"
 #include "schema/plan_rules.h"
 
 namespace mfsdp::executor {
@@ -47,6 +49,8 @@ std::string read_bytes(const std::string& path, bool& missing) {
 }
 
 // LibTorch's messages carry a C++ backtrace after the first line.
+namespace fs = std::filesystem;
+
 std::string first_line(const std::string& text) {
   return text.substr(0, text.find('\n'));
 }
@@ -108,7 +112,7 @@ std::vector<std::string> trainable_group_names(const schema::Plan& plan) {
 }
 
 RankFileEntry write_rank_file(const std::string& path, const RankState& state,
-                              const ShardedOptimizer& optimizer) {
+                              const OptimizerWriter& save_optimizer) {
   torch::serialize::OutputArchive archive;
   archive.write("format", c10::IValue(std::string(kCheckpointFormat)));
   archive.write("step", torch::tensor(state.step));
@@ -120,7 +124,7 @@ RankFileEntry write_rank_file(const std::string& path, const RankState& state,
     archive.write("device_rng_state", state.device_rng_state, /*is_buffer=*/true);
   }
   torch::serialize::OutputArchive optimizer_state(archive.compilation_unit());
-  optimizer.save(optimizer_state);
+  save_optimizer(optimizer_state);
   archive.write("optimizer", optimizer_state);
 
   FileDescriptor file(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
@@ -235,6 +239,33 @@ void write_durably(const std::string& path, const std::string& bytes) {
 void sync_directory(const std::string& dir) {
   FileDescriptor directory(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (directory.valid()) ::fsync(directory.get());
+}
+
+schema::Plan read_checkpoint_plan(const std::string& checkpoint, const Manifest& manifest) {
+  const std::string path = checkpoint + "/" + kPlanFile;
+  std::error_code error;
+  if (!fs::exists(path, error)) {
+    fail(ExitCode::kUsage, path + " is missing: the checkpoint is damaged; use another one");
+  }
+  if (schema::sha256_file_hex(path) != manifest.plan_sha256) {
+    fail(ExitCode::kUsage,
+         path + " does not match its sha256 in the manifest (damaged); use another checkpoint");
+  }
+  // The digest only shows that the plan is the one the manifest names: a plan edited and
+  // re-hashed must still pass every rule before its offsets index the shards.
+  schema::Plan plan =
+      schema::load_plan_file(path, schema::PlanCheck::kRules, "use another checkpoint");
+  const schema::Mesh& mesh = plan.mesh;
+  if (mesh.world_size != manifest.mesh.world_size || mesh.shard_size != manifest.mesh.shard_size ||
+      mesh.replicate_size != manifest.mesh.replicate_size) {
+    fail(ExitCode::kUsage, path + " is for mesh shard " + std::to_string(mesh.shard_size) +
+                               " x replicate " + std::to_string(mesh.replicate_size) +
+                               ", but the manifest records shard " +
+                               std::to_string(manifest.mesh.shard_size) + " x replicate " +
+                               std::to_string(manifest.mesh.replicate_size) +
+                               " (edited or damaged); use another checkpoint");
+  }
+  return plan;
 }
 
 }  // namespace mfsdp::executor

@@ -5,6 +5,7 @@
 // docs/checkpoints.md.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ std::string rank_file_name(int64_t rank);  // "rank-00003.pt"
 // Reads checkpoint/manifest.json with parse_manifest. Error(kUsage) naming the checkpoint when
 // manifest.json is missing or unreadable, and what parse_manifest throws.
 Manifest read_manifest(const std::string& checkpoint);
+
+// The checkpoint's plan.json, checked against its sha256 in the manifest, every rule of
+// `mfsdp validate` and the manifest's mesh. Error(kUsage) naming the file and the damage.
+schema::Plan read_checkpoint_plan(const std::string& checkpoint, const Manifest& manifest);
 
 // The name a trainable group's shard has in rank files: "<unit> group <g>".
 std::string shard_name(const schema::Unit& unit, size_t group);
@@ -40,10 +45,12 @@ struct RankState {
   torch::serialize::InputArchive optimizer;  // read back only; ShardedOptimizer::load takes it
 };
 
-// Writes a rank file with `state` (its `optimizer` unused) and the optimizer's state, fsyncs
-// it and returns its entry. Error(kIo) naming the path when it cannot be written.
+// Writes a rank file with `state` (its `optimizer` unused) and the optimizer state that
+// `save_optimizer` writes (ShardedOptimizer::save, or a LibTorch optimizer's save), fsyncs it
+// and returns its entry. Error(kIo) naming the path when it cannot be written.
+using OptimizerWriter = std::function<void(torch::serialize::OutputArchive&)>;
 RankFileEntry write_rank_file(const std::string& path, const RankState& state,
-                              const ShardedOptimizer& optimizer);
+                              const OptimizerWriter& save_optimizer);
 // Checks the file against its manifest entry (present, same size, same sha256) and reads it,
 // onto `device` if given, else where the tensors were saved. Error(kUsage) naming the file and
 // what is wrong.

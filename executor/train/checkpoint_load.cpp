@@ -2,23 +2,65 @@
 // then does any rank change its shards, buffers, optimizer and generators.
 #include <algorithm>
 #include <mutex>
+#include <optional>
 
 #include "executor/runtime/context.h"
 #include "executor/train/checkpoint.h"
 #include "executor/train/checkpoint_compatibility.h"
 #include "executor/train/checkpoint_format.h"
+#include "executor/train/optimizer_state.h"
 #include "executor/train/rank_agreement.h"
+#include "executor/train/reshard.h"
 #include "executor/train/sharded_optimizer.h"
 #include "schema/error.h"
 
 namespace mfsdp::executor {
 namespace {
 
+// What a load reads before changing anything: the rank's state as saved, or laid out anew
+// for this run's plan.
+struct OwnPart {
+  Manifest manifest;
+  RankState state;
+  std::optional<std::vector<std::optional<ParamOptimizerState>>> resharded_optimizer;
+  std::string resharded_from;  // describe_layout of the saved run, when resharded
+};
+
+void check_buffers(Context& context, const std::vector<std::string>& names,
+                   const std::string& file) {
+  std::vector<std::string> buffer_names;
+  for (const auto& buffer : context.model().named_buffers(/*recurse=*/true)) {
+    buffer_names.push_back(buffer.name);
+  }
+  if (names != buffer_names) {
+    fail(ExitCode::kUsage,
+         file + " holds other model buffers than this model has; use another " + "checkpoint");
+  }
+}
+
+// Saved under another plan of the same model: this rank's part cut from replica 0's files.
+void read_resharded(Context& context, const std::string& checkpoint, OwnPart& part) {
+  SavedCheckpoint saved = open_checkpoint(checkpoint);
+  ReshardedRank resharded = reshard_rank(saved, context.plan(), context.rank());
+  check_buffers(context, resharded.buffer_names,
+                checkpoint + "/" + rank_file_name(resharded.source_rank));
+  part.state.shards = std::move(resharded.shards);
+  part.state.buffers = std::move(resharded.buffers);
+  part.state.rng_state = resharded.rng_state;
+  part.state.device_rng_state = resharded.device_rng_state;
+  part.resharded_optimizer = std::move(resharded.optimizer);
+  part.resharded_from = describe_layout(saved.manifest.mesh, saved.manifest.plan_sha256);
+}
+
 // The part of a load that can fail: everything is read and checked before anything changes.
-RankState read_own_part(Context& context, const ShardedOptimizer& optimizer,
-                        const std::string& checkpoint, Manifest& manifest) {
-  manifest = read_manifest(checkpoint);
-  check_compatible(manifest, context, optimizer, checkpoint);
+void read_own_part(Context& context, const ShardedOptimizer& optimizer,
+                   const std::string& checkpoint, OwnPart& part) {
+  part.manifest = read_manifest(checkpoint);
+  if (check_compatible(part.manifest, context, optimizer, checkpoint) == CheckpointFit::kReshard) {
+    read_resharded(context, checkpoint, part);
+    return;
+  }
+  const Manifest& manifest = part.manifest;
   const auto entry = std::find_if(manifest.ranks.begin(), manifest.ranks.end(),
                                   [&](const RankFileEntry& e) { return e.rank == context.rank(); });
   if (entry == manifest.ranks.end()) {
@@ -26,7 +68,8 @@ RankState read_own_part(Context& context, const ShardedOptimizer& optimizer,
                                std::to_string(context.rank()) + "; use another checkpoint");
   }
   // Onto the device this run trains on, whichever one saved it.
-  RankState state = read_rank_file(checkpoint, *entry, manifest.step, context.device());
+  RankState& state = part.state;
+  state = read_rank_file(checkpoint, *entry, manifest.step, context.device());
   const std::string file = checkpoint + "/" + entry->file;
   const std::vector<at::Tensor> masters = context.sharded_parameters();
   bool fits = state.shard_names == trainable_group_names(context.plan()) &&
@@ -40,29 +83,21 @@ RankState read_own_part(Context& context, const ShardedOptimizer& optimizer,
                                std::to_string(state.shards.size()) + " shards for " +
                                std::to_string(masters.size()) + " groups); use another checkpoint");
   }
-  std::vector<std::string> buffer_names;
-  for (const auto& buffer : context.model().named_buffers(/*recurse=*/true)) {
-    buffer_names.push_back(buffer.name);
-  }
-  if (state.buffer_names != buffer_names) {
-    fail(ExitCode::kUsage,
-         file + " holds other model buffers than this model has; use another " + "checkpoint");
-  }
-  return state;
+  check_buffers(context, state.buffer_names, file);
 }
 
 }  // namespace
 
 TrainingState load_checkpoint(Context& context, ShardedOptimizer& optimizer,
                               const std::string& checkpoint) {
-  Manifest manifest;
-  RankState state;
+  OwnPart part;
   agree(context,
         attempt(ExitCode::kUsage, "cannot load checkpoint " + checkpoint,
-                [&] { state = read_own_part(context, optimizer, checkpoint, manifest); }),
+                [&] { read_own_part(context, optimizer, checkpoint, part); }),
         ExitCode::kUsage,
         "checkpoint " + checkpoint +
             " was not loaded: another rank could not load its part (see its error)");
+  const RankState& state = part.state;
 
   {
     at::NoGradGuard no_grad;
@@ -73,7 +108,16 @@ TrainingState load_checkpoint(Context& context, ShardedOptimizer& optimizer,
       buffer.value.copy_(state.buffers[b++]);
     }
   }
-  optimizer.load(state.optimizer);
+  if (part.resharded_optimizer) {
+    // On this run's device, as LibTorch would have made them.
+    for (auto& shard_state : *part.resharded_optimizer) {
+      if (!shard_state) continue;
+      for (auto& named : shard_state->tensors) named.second = named.second.to(context.device());
+    }
+    set_param_states(optimizer.optimizer(), std::move(*part.resharded_optimizer));
+  } else {
+    optimizer.load(part.state.optimizer);
+  }
   {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
@@ -87,8 +131,9 @@ TrainingState load_checkpoint(Context& context, ShardedOptimizer& optimizer,
   }
   context.zero_grad();
   TrainingState restored;
-  restored.step = manifest.step;
-  restored.config = manifest.config;
+  restored.step = part.manifest.step;
+  restored.config = part.manifest.config;
+  restored.resharded_from = part.resharded_from;
   return restored;
 }
 

@@ -23,57 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A step directory as given, or the newest complete checkpoint of a directory of them.
-std::string resolve_checkpoint(const std::string& path) {
-  std::error_code error;
-  if (fs::exists(fs::path(path) / kManifestFile, error)) return path;
-  if (!fs::is_directory(path, error)) {
-    fail(ExitCode::kUsage, path +
-                               ": no such checkpoint directory; pass a step-NNNNNNNN directory "
-                               "that training saved, or the directory that holds them");
-  }
-  const LatestCheckpoint found = find_latest_checkpoint(path);
-  if (found.path) {
-    for (const std::string& skipped : found.passed_over) {
-      std::cerr << "mfsdp: warning: passing over " << skipped
-                << ", which is not a complete checkpoint; exporting the newest complete one, "
-                << *found.path << std::endl;
-    }
-    return *found.path;
-  }
-  fail(ExitCode::kUsage, path +
-                             " is not a checkpoint (it has no manifest.json) and holds no "
-                             "complete one; pass a step-NNNNNNNN directory that a save completed");
-}
-
-// The checkpoint's copy of its plan, checked against the digest in the manifest.
-schema::Plan read_checkpoint_plan(const std::string& checkpoint, const Manifest& manifest) {
-  const std::string path = checkpoint + "/" + kPlanFile;
-  std::error_code error;
-  if (!fs::exists(path, error)) {
-    fail(ExitCode::kUsage, path + " is missing: the checkpoint is damaged; use another one");
-  }
-  if (schema::sha256_file_hex(path) != manifest.plan_sha256) {
-    fail(ExitCode::kUsage,
-         path + " does not match its sha256 in the manifest (damaged); use another checkpoint");
-  }
-  // The digest only shows that the plan is the one the manifest names: a plan edited and
-  // re-hashed must still pass every rule before its offsets index the shards.
-  schema::Plan plan =
-      schema::load_plan_file(path, schema::PlanCheck::kRules, "use another checkpoint");
-  const schema::Mesh& mesh = plan.mesh;
-  if (mesh.world_size != manifest.mesh.world_size || mesh.shard_size != manifest.mesh.shard_size ||
-      mesh.replicate_size != manifest.mesh.replicate_size) {
-    fail(ExitCode::kUsage, path + " is for mesh shard " + std::to_string(mesh.shard_size) +
-                               " x replicate " + std::to_string(mesh.replicate_size) +
-                               ", but the manifest records shard " +
-                               std::to_string(manifest.mesh.shard_size) + " x replicate " +
-                               std::to_string(manifest.mesh.replicate_size) +
-                               " (edited or damaged); use another checkpoint");
-  }
-  return plan;
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
@@ -86,7 +35,7 @@ std::string read_text(const std::string& path) {
 ExportSummary export_model(const std::string& checkpoint_arg, const std::string& out_path,
                            const std::string& model_path) {
   ExportSummary summary;
-  summary.checkpoint = resolve_checkpoint(checkpoint_arg);
+  summary.checkpoint = resolve_checkpoint(checkpoint_arg, "exporting");
   const std::string& checkpoint = summary.checkpoint;
   const Manifest manifest = read_manifest(checkpoint);
   summary.step = manifest.step;

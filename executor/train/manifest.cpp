@@ -73,6 +73,7 @@ std::string dump_manifest(const Manifest& m) {
   doc["config"] = nlohmann::ordered_json::parse(m.config.dump());
   doc["ranks"] = nlohmann::ordered_json::array();
   for (const auto& r : m.ranks) doc["ranks"].push_back(rank_entry_to_json(r));
+  if (!m.resharded_from.is_null()) doc["resharded_from"] = m.resharded_from;
   doc["checksum"] = manifest_checksum(doc);
   return doc.dump(2) + "\n";
 }
@@ -109,6 +110,7 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
     m.optimizer = doc.at("optimizer");
     m.config = nlohmann::json::parse(doc.at("config").dump());
     for (const json& r : doc.at("ranks")) m.ranks.push_back(rank_entry_from_json(r, path));
+    if (doc.contains("resharded_from")) m.resharded_from = doc.at("resharded_from");
     return m;
   } catch (const json::exception& e) {
     fail(ExitCode::kUsage, path + " is damaged (" + e.what() + "); use another checkpoint");

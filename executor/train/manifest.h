@@ -33,6 +33,9 @@ struct Manifest {
   nlohmann::ordered_json optimizer;  // the OptimizerConfig, as an object
   nlohmann::json config;             // TrainingState::config
   std::vector<RankFileEntry> ranks;
+  // Written by `mfsdp reshard`: the checkpoint it was made from, that one's mesh and plan
+  // sha256. Null (and absent from the file) for a checkpoint a run saved.
+  nlohmann::ordered_json resharded_from;
 };
 
 // Manifests keep their keys in the order written, for people reading them.

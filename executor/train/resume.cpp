@@ -1,16 +1,25 @@
 #include "executor/train/resume.h"
 
 #include <iostream>
+#include <optional>
 #include <string>
 
+#include "executor/runtime/context.h"
 #include "executor/train/checkpoint.h"
+#include "executor/train/reshard.h"
 #include "executor/train/trainer.h"
+#include "schema/digest.h"
 #include "schema/error.h"
+#include "schema/plan_json.h"
 
 namespace mfsdp::executor {
+namespace {
 
-int64_t resume(const TrainConfig& config, Context& context, ShardedOptimizer& optimizer, bool lead,
-               std::ostream& out) {
+// The checkpoint --resume names, or the newest complete one under --checkpoint-dir.
+std::optional<std::string> checkpoint_to_resume(const TrainConfig& config, bool lead) {
+  if (!config.resume_from.empty()) {
+    return resolve_checkpoint(config.resume_from, "resuming from", /*warn=*/lead);
+  }
   const LatestCheckpoint found = find_latest_checkpoint(config.checkpoint_dir);
   if (!found.path && !found.passed_over.empty()) {
     // Starting over would save new steps beside the damaged ones: refuse, say what is there.
@@ -27,10 +36,26 @@ int64_t resume(const TrainConfig& config, Context& context, ShardedOptimizer& op
                 << *found.path << std::endl;
     }
   }
-  if (found.path) {
-    const int64_t step = load_checkpoint(context, optimizer, *found.path).step;
-    if (lead) out << "resumed from " << *found.path << " (step " << step << ")" << std::endl;
-    return step;
+  return found.path;
+}
+
+}  // namespace
+
+int64_t resume(const TrainConfig& config, Context& context, ShardedOptimizer& optimizer, bool lead,
+               std::ostream& out) {
+  const std::optional<std::string> checkpoint = checkpoint_to_resume(config, lead);
+  if (checkpoint) {
+    const TrainingState state = load_checkpoint(context, optimizer, *checkpoint);
+    if (lead) {
+      out << "resumed from " << *checkpoint << " (step " << state.step << ")";
+      if (!state.resharded_from.empty()) {
+        const schema::Plan& plan = context.plan();
+        out << ", resharded from " << state.resharded_from << " to "
+            << describe_layout(plan.mesh, schema::sha256_hex(schema::dump_plan(plan)));
+      }
+      out << std::endl;
+    }
+    return state.step;
   }
   if (lead) {
     out << "no checkpoint under " << config.checkpoint_dir << " yet; starting at step 0"

@@ -54,9 +54,12 @@ void check_train_config(const TrainConfig& config, int world_size) {
     fail(ExitCode::kUsage, "--keep-checkpoints must be 0 (keep all) or more, got " +
                                std::to_string(config.keep_checkpoints));
   }
-  if ((config.checkpoint_every > 0 || config.resume) && config.checkpoint_dir.empty()) {
-    fail(ExitCode::kUsage, std::string(config.resume ? "--resume" : "--checkpoint-every") +
-                               " needs --checkpoint-dir");
+  if (config.resume && config.resume_from.empty() && config.checkpoint_dir.empty()) {
+    fail(ExitCode::kUsage,
+         "--resume needs --checkpoint-dir, or the checkpoint to resume: --resume CKPT");
+  }
+  if (config.checkpoint_every > 0 && config.checkpoint_dir.empty()) {
+    fail(ExitCode::kUsage, "--checkpoint-every needs --checkpoint-dir");
   }
   if (config.trace_steps <= 0) fail(ExitCode::kUsage, "--trace-steps must be positive");
   make_optimizer({torch::zeros({1}, torch::requires_grad())}, config.optimizer);

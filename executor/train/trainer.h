@@ -34,7 +34,10 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;  // 0: only at the end (when checkpoint_dir is set)
   int keep_checkpoints = 2;      // 0: keep all
   bool resume = false;           // continue from the newest complete checkpoint, if any
-  std::string save_model;        // export the trained model (TorchScript) here at the end
+  // With resume: this checkpoint (a step directory, or the newest complete one of a
+  // directory), instead of the newest under checkpoint_dir; it may be another plan's.
+  std::string resume_from;
+  std::string save_model;  // export the trained model (TorchScript) here at the end
 
   std::string metrics_path;  // JSON lines, one per step and rank
   std::string trace_path;    // Chrome/Perfetto trace of a window of steps

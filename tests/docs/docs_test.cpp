@@ -358,8 +358,8 @@ TEST(HelpExamples, EveryCommandsExamplesRun) {
   ASSERT_EQ(run_program("/bin/bash", {"-c", shell + setup}, dir.string()).exit_code, 0);
   static const std::regex steps("--steps [0-9]+");
   int ran = 0;
-  // run before export: the export examples read the checkpoints that training wrote.
-  for (const char* command : {"plan", "validate", "show", "diff", "run", "export"}) {
+  // run before export and reshard: their examples read the checkpoints that training wrote.
+  for (const char* command : {"plan", "validate", "show", "diff", "run", "export", "reshard"}) {
     for (const std::string& example : help_examples(command)) {
       if (!runnable_here(example)) continue;
       SCOPED_TRACE("mfsdp " + std::string(command) + " --help: " + example);

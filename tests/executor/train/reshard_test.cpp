@@ -24,13 +24,15 @@ using Params = std::map<std::string, at::Tensor>;
 
 // Plans the tied_lm fixture (layers.0, layers.1, <root>) into dir/name.
 std::string plan_for(const std::string& dir, const std::string& name, int world,
-                     std::vector<std::string> units = {"layers.*", "<root>"}, int replicate = 1) {
+                     std::vector<std::string> units = {"layers.*", "<root>"}, int replicate = 1,
+                     const std::vector<std::string>& flags = {}) {
   const std::string out = dir + "/" + name;
   std::vector<std::string> args = {
       "plan",        "tests/fixtures/tied_lm.pt", "--world-size", std::to_string(world),
       "--replicate", std::to_string(replicate),   "-o",           out,
       "-q"};
   for (const std::string& unit : units) args.insert(args.end(), {"--unit", unit});
+  args.insert(args.end(), flags.begin(), flags.end());
   const RunResult r = mfsdp(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return out;
@@ -135,11 +137,14 @@ TEST(CheckpointReshard, AdamWOnOtherUnitsThenAnHsdpMeshTracksTheUninterruptedRun
 }
 
 // What `mfsdp reshard` writes holds every value of the checkpoint it read: 2 ranks to 3 with
-// other units and back gives the same shards, optimizer state, buffers and generators.
+// other units, to a 2 x 2 HSDP mesh with other alignment and compute dtype, and back gives
+// the same shards, optimizer state, buffers and generators.
 TEST(CheckpointReshard, OfflineThereAndBackKeepsEveryValue) {
   const std::string dir = fresh_dir("offline");
   const std::string two = plan_for(dir, "two.json", 2);
   const std::string three = plan_for(dir, "three.json", 3, {"layers.1", "<root>"});
+  const std::string hsdp = plan_for(dir, "hsdp.json", 4, {"layers.0", "<root>"}, 2,
+                                    {"--align", "256", "--param-dtype", "bfloat16"});
   ASSERT_EQ(train(two, 2, 3, dir + "/a", kAdamW).exit_code, 0);
   RunResult r = mfsdp({"reshard", dir + "/a", "--plan", three, "-o", dir + "/b"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -151,15 +156,18 @@ TEST(CheckpointReshard, OfflineThereAndBackKeepsEveryValue) {
   EXPECT_NE(r.err.find(") -> " + dir + "/b/step-00000003 (3 ranks as shard 3 x replicate 1, plan "),
             std::string::npos)
       << r.err;
-  r = mfsdp({"reshard", dir + "/b/step-00000003", "--plan", two, "-o", dir + "/c", "-q"});
+  r = mfsdp({"reshard", dir + "/b/step-00000003", "--plan", hsdp, "-o", dir + "/h", "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
+  r = mfsdp({"reshard", dir + "/h/step-00000003", "--plan", two, "-o", dir + "/c", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
 
   const schema::Plan plan = schema::load_plan_file(two, schema::PlanCheck::kRules);
   const executor::SavedCheckpoint original = executor::open_checkpoint(dir + "/a/step-00000003");
   const executor::SavedCheckpoint back = executor::open_checkpoint(dir + "/c/step-00000003");
   EXPECT_EQ(back.manifest.plan_sha256, original.manifest.plan_sha256);
-  EXPECT_EQ(back.manifest.resharded_from.at("mesh").at("world_size"), 3);
+  EXPECT_EQ(back.manifest.resharded_from.at("mesh").at("world_size"), 4);
+  EXPECT_EQ(back.manifest.resharded_from.at("mesh").at("replicate_size"), 2);
   for (int rank = 0; rank < 2; ++rank) {
     // A checkpoint read under its own plan comes back as saved.
     const executor::ReshardedRank a = executor::reshard_rank(original, plan, rank);
@@ -185,6 +193,7 @@ TEST(CheckpointReshard, OfflineThereAndBackKeepsEveryValue) {
   }
   EXPECT_EQ(relative_l2(exported(dir + "/c"), exported(dir + "/a")), 0.0);
   EXPECT_EQ(relative_l2(exported(dir + "/b"), exported(dir + "/a")), 0.0);
+  EXPECT_EQ(relative_l2(exported(dir + "/h"), exported(dir + "/a")), 0.0);
 }
 
 // Checkpoints saved before resharding existed (format mfsdp.checkpoint/1, committed under

@@ -1,6 +1,7 @@
 #include "executor/train/checkpoint_format.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -175,22 +176,27 @@ RankFileEntry write_rank_file(const std::string& path, const RankState& state,
 RankState read_rank_file(const std::string& checkpoint, const RankFileEntry& entry, int64_t step,
                          c10::optional<at::Device> device) {
   const std::string path = checkpoint + "/" + entry.file;
-  bool missing = false;
-  const std::string bytes = read_bytes(path, missing);
   const std::string fix = "; use another checkpoint";
-  if (missing) fail(ExitCode::kUsage, path + " is missing: the checkpoint is incomplete" + fix);
-  if (static_cast<int64_t>(bytes.size()) != entry.bytes) {
-    fail(ExitCode::kUsage, path + " has " + std::to_string(bytes.size()) +
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT)
+      fail(ExitCode::kUsage, path + " is missing: the checkpoint is incomplete" + fix);
+    fail(ExitCode::kUsage, path + ": cannot read: " + std::strerror(errno));
+  }
+  if (static_cast<int64_t>(info.st_size) != entry.bytes) {
+    fail(ExitCode::kUsage, path + " has " + std::to_string(info.st_size) +
                                " bytes but the manifest records " + std::to_string(entry.bytes) +
                                " (truncated or overwritten)" + fix);
   }
-  if (schema::sha256_hex(bytes) != entry.sha256) {
+  if (schema::sha256_file_hex(path) != entry.sha256) {
     fail(ExitCode::kUsage, path + " does not match its sha256 in the manifest (corrupt)" + fix);
   }
   RankState state;
   try {
+    // From the file, record by record: its bytes and its tensors are never in memory at once,
+    // which bounds what resharding holds (docs/checkpoints.md#resharding).
     torch::serialize::InputArchive archive;
-    archive.load_from(bytes.data(), bytes.size(), device);
+    archive.load_from(path, device);
     c10::IValue format;
     archive.read("format", format);
     if (format.toStringRef() != kCheckpointFormat) {

@@ -34,7 +34,8 @@ std::string world_size_range() {
 }
 
 std::string align_range() {
-  return "a power of two from 1 to " + std::to_string(kMaxAlignBytes) + " (1 GiB)";
+  return "a power of two from " + std::to_string(kMinAlignBytes) + " to " +
+         std::to_string(kMaxAlignBytes) + " (1 GiB)";
 }
 
 std::vector<Problem> check_mesh(const Mesh& mesh) {
@@ -80,6 +81,13 @@ std::vector<Problem> check_policy(const Policy& policy) {
   if (a < 1 || (a & (a - 1)) != 0) {
     problems.push_back(
         {"policy.align_bytes", std::to_string(a) + " is not a power of two (e.g. 16 or 256)"});
+  } else if (a < kMinAlignBytes) {
+    // Groups lie back to back in one slot: an odd-length bf16 group would leave the next
+    // group's fp32 data, and the NCCL buffers, misaligned.
+    problems.push_back({"policy.align_bytes",
+                        std::to_string(a) + " is too small; it must be " + align_range() +
+                            " (the groups of a unit lie back to back in one buffer, and each "
+                            "must start aligned for the GPU)"});
   } else if (a > kMaxAlignBytes) {
     problems.push_back(
         {"policy.align_bytes", std::to_string(a) + " is too large; it must be " + align_range()});

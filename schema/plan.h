@@ -53,6 +53,9 @@ struct Policy {
 // padding a group cannot overflow by itself.
 inline constexpr int64_t kMaxWorldSize = 2147483647;
 inline constexpr int64_t kMaxAlignBytes = int64_t{1} << 30;
+// Every group's bytes are a multiple of this, so groups packed back to back in a slot keep
+// 16-byte alignment for fp32 and bf16 data and NCCL buffers (docs/plan-format.md#limits).
+inline constexpr int64_t kMinAlignBytes = 16;
 
 struct Stream {
   std::string name;                      // "all_gather", "reduce_scatter" or "unified"

@@ -216,6 +216,9 @@ TEST(PlanCli, BadPolicyValuesFailBeforeLoadingTheModelNamingTheFlag) {
                        "float32, bfloat16, float16 or float64 (or keep)");
   expect_clean_failure({"missing.pt", "--world-size", "2", "--auto", "--align", "24"}, 2,
                        "--align (policy.align_bytes) 24 is not a power of two");
+  expect_clean_failure({"missing.pt", "--world-size", "2", "--auto", "--align", "8"}, 2,
+                       "--align (policy.align_bytes) 8 is too small; it must be a power of two "
+                       "from 16");
   expect_clean_failure({"missing.pt", "--world-size", "2", "--auto", "--prefetch", "-1"}, 2,
                        "must be 0 (no prefetch) or more");
 }
@@ -238,11 +241,11 @@ TEST(PlanCli, SizesBeyondWhatAPlanHoldsAreUsageErrorsSayingTheLimit) {
   expect_clean_failure(
       {"missing.pt", "--world-size", "2", "--auto", "--align", "4611686018427387904"}, 2,
       "--align (policy.align_bytes) 4611686018427387904 is too large; it must be a power of two "
-      "from 1 to 1073741824 (1 GiB)");
+      "from 16 to 1073741824 (1 GiB)");
   expect_clean_failure(
       {"missing.pt", "--world-size", "2", "--auto", "--align", "99999999999999999999"}, 2,
       "--align (policy.align_bytes) 99999999999999999999 is invalid; it must be a power of two "
-      "from 1 to 1073741824 (1 GiB)");
+      "from 16 to 1073741824 (1 GiB)");
   expect_clean_failure(
       {"missing.pt", "--world-size", "2", "--auto", "--prefetch", "99999999999999999999"}, 2,
       "--prefetch 99999999999999999999 is invalid; it must be 0 (no prefetch) or more, up to "

@@ -193,7 +193,7 @@ TEST(ShardingScope, RejectsBadMeshAndPolicy) {
   policy.align_bytes = int64_t{1} << 31;
   EXPECT_MFSDP_ERROR(ShardingScope(model, mesh_of(2), policy), ExitCode::kPlanning,
                      "policy.align_bytes 2147483648 is too large; it must be a power of two from "
-                     "1 to 1073741824 (1 GiB)");
+                     "16 to 1073741824 (1 GiB)");
   policy = {};
   policy.param_dtype = "int8";
   EXPECT_MFSDP_ERROR(ShardingScope(model, mesh_of(2), policy), ExitCode::kPlanning,

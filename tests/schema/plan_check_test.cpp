@@ -88,6 +88,20 @@ TEST(PlanCheck, RejectsAlignmentThatIsNotAPowerOfTwo) {
   EXPECT_EQ(check(plan), Lines{"policy.align_bytes: 0 is not a power of two (e.g. 16 or 256)"});
 }
 
+// Groups lie back to back in a slot; below 16 bytes an odd-length bf16 group would leave the
+// next group's fp32 data misaligned.
+TEST(PlanCheck, RejectsAlignmentBelowSixteenBytes) {
+  Plan plan = sample_plan();
+  plan.policy.align_bytes = 8;
+  // (The layout, padded for 16 bytes, then also pads more than 8 bytes need.)
+  const Lines problems = check(plan);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_EQ(problems.front(),
+            "policy.align_bytes: 8 is too small; it must be a power of two from 16 to "
+            "1073741824 (1 GiB) (the groups of a unit lie back to back in one buffer, and each "
+            "must start aligned for the GPU)");
+}
+
 TEST(PlanCheck, RejectsSeparateStreamsWhenPolicyAsksForOne) {
   Plan plan = sample_plan();
   plan.policy.unified_stream = true;

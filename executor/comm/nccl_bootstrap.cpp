@@ -3,6 +3,9 @@
 // its communicators in the order given.
 #include <nccl.h>
 
+#include <cuda_runtime_api.h>
+
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -12,9 +15,44 @@
 #include "executor/comm/nccl_dtype.h"
 #include "executor/comm/nccl_error.h"
 #include "executor/comm/rendezvous.h"
+#include "executor/runtime/cuda_device.h"
+#include "executor/runtime/cuda_error.h"
 #include "schema/error.h"
 
 namespace mfsdp::executor {
+
+namespace {
+
+// NCCL 2.22 and later connect a communicator's peers lazily, at its first collective: one
+// tiny all-reduce on each, awaited here, so that the first reduce-scatter of training does not
+// block the autograd thread until every peer arrives (and a peer that never does fails here,
+// at start-up, within the timeout).
+void warm_up(const std::vector<std::unique_ptr<NcclCommunicator>>& communicators) {
+  struct Scratch {
+    explicit Scratch(int device) : device(device) {
+      CurrentDevice current(device);
+      check_cuda(cudaMalloc(&data, sizeof(float)), "allocating 4 bytes to warm up NCCL");
+    }
+    ~Scratch() {
+      CurrentDevice current(device);
+      cudaFree(data);
+    }
+    int device;
+    void* data = nullptr;
+  };
+  std::vector<std::unique_ptr<Scratch>> scratch;
+  for (const auto& c : communicators) {
+    CudaStream& stream = c->cuda_stream();
+    scratch.push_back(std::make_unique<Scratch>(stream.device()));
+    CurrentDevice current(stream.device());
+    check_cuda(cudaMemsetAsync(scratch.back()->data, 0, sizeof(float), stream.native()),
+               "clearing the NCCL warm-up buffer");
+    c->all_reduce(scratch.back()->data, 1, "float32", ReduceOp::kSum, "warm-up all-reduce");
+  }
+  for (const auto& c : communicators) c->cuda_stream().record()->wait();
+}
+
+}  // namespace
 
 std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(
     Rendezvous& rendezvous, const std::vector<NcclCommunicatorSpec>& specs,
@@ -75,6 +113,7 @@ std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(
         std::make_unique<NcclCommunicator>(id, group_ranks[c], static_cast<int>(spec.group.size()),
                                            *spec.stream, spec.name, rank, timeout));
   }
+  warm_up(communicators);
   return communicators;
 }
 

@@ -1,5 +1,7 @@
 // NcclCommunicator (nccl_communicator.h): connecting, issuing collectives, releasing. The
 // watchdog is in nccl_watchdog.cpp, make_nccl_communicators in nccl_bootstrap.cpp.
+#include <algorithm>
+#include <exception>
 #include <iostream>
 #include <utility>
 
@@ -151,8 +153,17 @@ void NcclCommunicator::Impl::connect(const std::string& unique_id) {
 void NcclCommunicator::Impl::release() {
   std::lock_guard<std::mutex> lock(call_mutex);
   if (comm == nullptr || aborted) return;
-  cudaSetDevice(stream.device());
-  const ncclResult_t finalized = settle(ncclCommFinalize(comm), Clock::now() + timeout);
+  const cudaError_t selected = cudaSetDevice(stream.device());
+  if (selected != cudaSuccess) {
+    std::cerr << "mfsdp: warning: rank " << global_rank << ": closing communicator " << name << ": "
+              << cuda_error_text(selected) << "; aborting it\n";
+    ncclCommAbort(comm);
+    aborted = true;
+    return;
+  }
+  // Finalizing waits for every member: bounded, since a peer that failed never arrives.
+  const ncclResult_t finalized =
+      settle(ncclCommFinalize(comm), Clock::now() + std::min(timeout, kCloseGrace));
   if (finalized == ncclSuccess) {
     // Once finalized, destroying frees local resources only, and the handle with them.
     const ncclResult_t destroyed = ncclCommDestroy(comm);
@@ -183,14 +194,28 @@ NcclCommunicator::NcclCommunicator(const std::string& unique_id, int group_rank,
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  // While an exception unwinds (another communicator failed to connect, a step failed) or
+  // after this one failed, peers may never join a finalize or finish a collective: abort
+  // now. Otherwise collectives in flight get kCloseGrace to finish.
+  const bool failing = std::uncaught_exceptions() > 0 || failed();
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->stopping = true;
+    impl_->stop_deadline = Impl::Clock::now() + std::min(impl_->timeout, Impl::kCloseGrace);
   }
+  if (failing) impl_->abort();
   impl_->changed.notify_all();
   if (impl_->watchdog.joinable()) impl_->watchdog.join();
   impl_->release();
   for (const Impl::InFlight& work : impl_->in_flight) impl_->events.give(work.done);
+}
+
+void NcclCommunicator::abort() {
+  // As a failure, so that anything still waiting on the stream throws instead of trusting
+  // what an aborted collective left.
+  impl_->fail_and_abort(impl_->stream.note_work(), ExitCode::kRuntime,
+                        "rank " + std::to_string(impl_->global_rank) + ": communicator " +
+                            impl_->name + " was aborted after a failure elsewhere");
 }
 
 int NcclCommunicator::rank() const {

@@ -30,8 +30,10 @@ class NcclCommunicator final : public Communicator {
   // bounds every collective. `name` and `global_rank` label error messages.
   NcclCommunicator(const std::string& unique_id, int group_rank, int group_size, CudaStream& stream,
                    std::string name, int global_rank, std::chrono::milliseconds timeout);
-  // Waits for the collectives in flight (each still bounded by its deadline), then releases
-  // the communicator (ncclCommFinalize, ncclCommDestroy), or aborts it if that fails.
+  // Waits up to 10 s (or the timeout, if shorter) for the collectives in flight, then
+  // releases the communicator (ncclCommFinalize, bounded alike; ncclCommDestroy), or aborts it
+  // if that fails. Aborts at once, waiting for no peer, while an exception unwinds or when a
+  // collective has failed.
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -57,6 +59,10 @@ class NcclCommunicator final : public Communicator {
 
   // Whether a collective failed or timed out (the communicator is then aborted).
   bool failed() const;
+  // Aborts the communicator now (ncclCommAbort) as failed: kernels in flight end, no peer is
+  // awaited, and waits on its stream and later calls throw. For shutting down after a
+  // failure elsewhere (another communicator, the compute stream).
+  void abort();
 
  private:
   struct Impl;

@@ -28,6 +28,10 @@ namespace mfsdp::executor {
 struct NcclCommunicator::Impl {
   using Clock = std::chrono::steady_clock;
 
+  // How long closing a communicator waits for its collectives in flight and for
+  // ncclCommFinalize's quiescence before it aborts instead (or the timeout, if shorter).
+  static constexpr std::chrono::milliseconds kCloseGrace{10000};
+
   // A collective between its issue and the watchdog seeing its event complete.
   struct InFlight {
     uint64_t ticket = 0;
@@ -71,6 +75,9 @@ struct NcclCommunicator::Impl {
   std::deque<InFlight> in_flight;
   std::optional<Error> failure;
   bool stopping = false;
+  // Once stopping: collectives still in flight then are aborted, not awaited to their own
+  // deadlines (up to the collective timeout, 30 min by default).
+  Clock::time_point stop_deadline = Clock::time_point::max();
   std::thread watchdog;
 
   NcclFailure describe(const std::string& what, ncclResult_t result);

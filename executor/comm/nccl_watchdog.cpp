@@ -10,7 +10,16 @@
 namespace mfsdp::executor {
 
 void NcclCommunicator::Impl::watch() {
-  cudaSetDevice(stream.device());
+  const cudaError_t selected = cudaSetDevice(stream.device());
+  if (selected != cudaSuccess) {
+    // Its event queries would ask another device: fail the communicator instead of guessing.
+    fail_and_abort(
+        0, cuda_exit_code(selected),
+        cuda_failure_message(selected, "rank " + std::to_string(global_rank) +
+                                           ": the watchdog of communicator " + name +
+                                           " selecting GPU " + std::to_string(stream.device())));
+    return;
+  }
   const auto period = std::clamp<std::chrono::milliseconds>(
       timeout / 10, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
   std::unique_lock<std::mutex> lock(mutex);
@@ -40,11 +49,20 @@ std::optional<ncclResult_t> NcclCommunicator::Impl::poll_async_error() {
 auto NcclCommunicator::Impl::check_in_flight(ncclResult_t async_error) -> std::optional<Problem> {
   while (!in_flight.empty()) {
     InFlight& oldest = in_flight.front();
-    const cudaError_t event = cudaEventQuery(oldest.done);
-    switch (judge_in_flight(async_error, event, Clock::now(), oldest.deadline)) {
+    const cudaError_t event = query_event(oldest.done);
+    const bool closing = stop_deadline < oldest.deadline;
+    switch (judge_in_flight(async_error, event, Clock::now(),
+                            closing ? stop_deadline : oldest.deadline)) {
       case WorkVerdict::kRunning:
         return std::nullopt;
       case WorkVerdict::kTimedOut:
+        if (closing) {
+          return Problem{oldest.ticket, ExitCode::kRuntime,
+                         "rank " + std::to_string(global_rank) + ": " + oldest.what + " on " +
+                             name +
+                             " was still in flight when the communicator was closed; "
+                             "it was aborted"};
+        }
         return Problem{oldest.ticket, ExitCode::kRuntime,
                        nccl_timeout_message(global_rank, name, oldest.what, timeout)};
       case WorkVerdict::kFailed:

@@ -110,7 +110,9 @@ class Context {
   // group's sharded main gradient (valid after backward()). Hand these to an optimizer.
   std::vector<at::Tensor> sharded_parameters();
   // Points each sharded parameter's grad at its main gradient (converted when the master is
-  // stored in another dtype). Optimizers call it before stepping.
+  // stored in another dtype). Optimizers call it before stepping. Waits (host) for the
+  // gradient reductions in flight and throws the failure of any, so that a failed collective
+  // never reaches the masters.
   void sync_gradients();
   void zero_grad();
   // Scales the main gradients so that their global L2 norm is at most `max_norm`; returns

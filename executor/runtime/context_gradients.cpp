@@ -18,6 +18,11 @@ std::vector<at::Tensor> Context::sharded_parameters() {
 }
 
 void Context::sync_gradients() {
+  // The optimizer reads the main gradients next. A reduce-scatter or replica all-reduce that
+  // failed or was aborted (its event completes too) must surface here, on the host, before
+  // what it left in the main gradients reaches the masters: one host wait per optimizer step.
+  impl_->reduce_stream->record()->wait();
+  impl_->runtime->check();
   for (auto& unit : impl_->units) {
     for (auto& group : unit.groups) {
       if (!group.trainable()) continue;

@@ -48,4 +48,10 @@ void check_cuda(cudaError_t error, const std::string& doing) {
   if (error != cudaSuccess) fail(cuda_exit_code(error), cuda_failure_message(error, doing));
 }
 
+cudaError_t query_event(cudaEvent_t event) {
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaErrorNotReady) cudaGetLastError();
+  return status;
+}
+
 }  // namespace mfsdp::executor

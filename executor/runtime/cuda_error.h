@@ -24,4 +24,9 @@ std::string cuda_failure_message(cudaError_t error, const std::string& doing);
 // Throws Error(cuda_exit_code, cuda_failure_message) unless `error` is cudaSuccess.
 void check_cuda(cudaError_t error, const std::string& doing);
 
+// cudaEventQuery, and when it says cudaErrorNotReady, that status cleared from the thread's
+// "last error" (as LibTorch's own queries do): otherwise a later cudaGetLastError, such as a
+// launch check, reports a stale "device not ready". Every event poll in mfsdp goes through it.
+cudaError_t query_event(cudaEvent_t event);
+
 }  // namespace mfsdp::executor

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <deque>
+#include <exception>
 #include <map>
 #include <utility>
 
@@ -92,6 +93,14 @@ class CudaRuntime final : public Runtime {
     for (const auto& [before, after] : stalls_) {
       timing_events_->give(before);
       timing_events_->give(after);
+    }
+    // After any failure (or while one unwinds), every communicator is aborted before any is
+    // closed: a closing one would otherwise wait for peers that the failure stopped.
+    bool failed = std::uncaught_exceptions() > 0 || compute_->failed();
+    for (const auto& [name, s] : streams_) failed = failed || s->failed();
+    for (const auto& c : communicators_) failed = failed || c->failed();
+    if (failed) {
+      for (const auto& c : communicators_) c->abort();
     }
     communicators_.clear();
     streams_.clear();
@@ -240,7 +249,7 @@ class CudaRuntime final : public Runtime {
     while (!stalls_.empty()) {
       const auto [before, after] = stalls_.front();
       // Stream order: when this one has not completed, the later ones have not either.
-      if (cudaEventQuery(after) != cudaSuccess) return;
+      if (query_event(after) != cudaSuccess) return;
       float ms = 0;
       check_cuda(cudaEventElapsedTime(&ms, before, after),
                  "rank " + std::to_string(rank_) + ": timing a wait of compute");

@@ -86,8 +86,7 @@ struct CudaStreamState {
         // Their markers say how far the device got; the list stays as short as the work in
         // flight.
         for (const Dependent& d : dependents) {
-          if (d.after > completed && d.marker &&
-              cudaEventQuery(d.marker->native()) == cudaSuccess) {
+          if (d.after > completed && d.marker && query_event(d.marker->native()) == cudaSuccess) {
             completed = d.after;
           }
         }
@@ -143,7 +142,7 @@ const std::string& CudaEvent::stream_name() const {
 void CudaEvent::wait() {
   for (unsigned polls = 0;; ++polls) {
     state_->throw_if_failed(ticket_);
-    const cudaError_t status = cudaEventQuery(event_);
+    const cudaError_t status = query_event(event_);
     if (status == cudaSuccess) {
       state_->mark_completed(ticket_);
       // Aborted collectives complete too; their failure was reported before the abort.
@@ -165,7 +164,7 @@ bool CudaEvent::done() const {
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->failure && state_->failure->ticket <= ticket_) return true;
   }
-  const cudaError_t status = cudaEventQuery(event_);
+  const cudaError_t status = query_event(event_);
   if (status == cudaSuccess) state_->mark_completed(ticket_);
   // An error counts as done: wait() reports it.
   return status != cudaErrorNotReady;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "executor/runtime/cuda_error.h"
 #include "gpu_gate.h"
 #include "gpu_required.h"
 #include "text_match.h"
@@ -52,6 +53,28 @@ TEST(CudaStreamOnGpu, EventOrdersWorkAcrossStreams) {
   consumed->wait();
   EXPECT_TRUE(produced->done());
   EXPECT_EQ(copy.read(), std::vector<unsigned char>(copy.bytes, 0x7e));
+}
+
+// Polling work in flight must not leave cudaErrorNotReady as the thread's last error, where
+// a later launch check would report it as a failure.
+TEST(CudaStreamOnGpu, PollingUnfinishedWorkLeavesNoStaleError) {
+  MFSDP_REQUIRE_GPU();
+  CudaStream stream("all_gather", 0);
+  StreamGate gate(stream.native());
+  const auto pending = stream.record();
+  cudaGetLastError();
+  EXPECT_FALSE(pending->done());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaEvent_t event = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(event, stream.native()), cudaSuccess);
+  EXPECT_EQ(query_event(event), cudaErrorNotReady);
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+  gate.open();
+  pending->wait();
+  EXPECT_EQ(cudaEventSynchronize(event), cudaSuccess);
+  EXPECT_EQ(query_event(event), cudaSuccess);
+  cudaEventDestroy(event);
 }
 
 TEST(CudaStreamOnGpu, FailureFailsLaterEventsAndWaitingStreamsOnly) {

@@ -323,7 +323,8 @@ void add_plan_command(CLI::App& app) {
                   "Gather and compute floating parameters in this dtype (bfloat16, float16, "
                   "float32, float64; 'keep' = as stored; default keep)");
   cmd->add_option("--reduce-dtype", flags->reduce_dtype,
-                  "Dtype of gradient reduce-scatter and sharded main grads (default float32)");
+                  "Dtype of gradient reduce-scatters (default float32); main grads stay float32 "
+                  "under bfloat16 or float16");
   // Each switch is a pair of flags, so that a flag can undo a scope file either way.
   cmd->add_flag("--reshard-after-forward", flags->reshard_after_forward,
                 "Free each unit's gathered parameters after its forward (the default)");

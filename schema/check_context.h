@@ -42,6 +42,8 @@ class Context {
   std::optional<int64_t> storage_size(const Group& group) const;
   std::optional<int64_t> compute_size(const Group& group) const;
   std::optional<int64_t> reduce_size() const;
+  // Bytes per element of the main gradients (main_grad_dtype), when the reduce dtype is known.
+  std::optional<int64_t> main_grad_size() const;
   // Whether every group's dtype is known, so which groups have a gradient is known.
   bool group_dtypes_known() const { return group_dtypes_known_; }
   // Elements the group's offsets and shards align to; none if align_bytes or a dtype is bad.

@@ -20,6 +20,7 @@ void expect_total(Context& context, const std::string& path, int64_t actual, Wid
 void check_communication(Context& context) {
   const Plan& plan = context.plan;
   const std::optional<int64_t> reduce_size = context.reduce_size();
+  const std::optional<int64_t> main_grad_size = context.main_grad_size();
   Wide all_gather_count = 0;
   Wide all_gather_bytes = 0;
   Wide reduce_scatter_count = 0;
@@ -37,7 +38,7 @@ void check_communication(Context& context) {
       for (const Group& group : unit->groups) {
         if (!has_gradient(group)) continue;
         reduce_scatter_bytes += Wide{group.padded_numel} * *reduce_size;
-        all_reduce_bytes += Wide{group.shard_numel} * *reduce_size;
+        all_reduce_bytes += Wide{group.shard_numel} * *main_grad_size;
       }
     }
   }
@@ -55,11 +56,11 @@ void check_communication(Context& context) {
   expect_total(context, "communication.reduce_scatter_bytes", communication.reduce_scatter_bytes,
                reduce_scatter_bytes,
                "Σ gradient groups' padded_numel × reduce dtype size per reduce-scatter");
-  expect_total(context, "communication.all_reduce_bytes", communication.all_reduce_bytes,
-               all_reduce_bytes,
-               plan.mesh.replicate_size <= 1
-                   ? "no all-reduce without replicas"
-                   : "Σ gradient groups' shard_numel × reduce dtype size per reduce-scatter");
+  expect_total(
+      context, "communication.all_reduce_bytes", communication.all_reduce_bytes, all_reduce_bytes,
+      plan.mesh.replicate_size <= 1
+          ? "no all-reduce without replicas"
+          : "Σ gradient groups' shard_numel × main gradient dtype size per reduce-scatter");
 }
 
 }  // namespace mfsdp::schema::check

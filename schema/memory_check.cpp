@@ -57,7 +57,7 @@ void check_sharded_totals(Context& context) {
   const Plan& plan = context.plan;
   Wide params = 0;
   Wide grads = 0;
-  const std::optional<int64_t> reduce_size = context.reduce_size();
+  const std::optional<int64_t> reduce_size = context.main_grad_size();
   for (const Unit& unit : plan.units) {
     params += unit.sharded_bytes;
     for (const Group& group : unit.groups) {
@@ -72,7 +72,8 @@ void check_sharded_totals(Context& context) {
   if (reduce_size && context.group_dtypes_known() && grads != plan.memory.sharded_grad_bytes) {
     context.report("memory.sharded_grad_bytes",
                    "is " + std::to_string(plan.memory.sharded_grad_bytes) + ", expected " +
-                       to_string(grads) + " (Σ gradient groups' shard_numel × reduce dtype size)");
+                       to_string(grads) +
+                       " (Σ gradient groups' shard_numel × main gradient dtype size)");
   }
 }
 

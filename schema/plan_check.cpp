@@ -87,6 +87,11 @@ std::optional<int64_t> Context::reduce_size() const {
   return dtype_size(plan.policy.reduce_dtype);
 }
 
+std::optional<int64_t> Context::main_grad_size() const {
+  if (!is_floating_dtype(plan.policy.reduce_dtype)) return std::nullopt;
+  return dtype_size(main_grad_dtype(plan.policy));
+}
+
 std::optional<int64_t> Context::align_elems(const Group& group) const {
   if (!is_power_of_two(plan.policy.align_bytes) || !compute_size(group)) return std::nullopt;
   return schema::align_elems(plan.policy, group.dtype);

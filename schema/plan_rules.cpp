@@ -25,6 +25,12 @@ std::string of_unit(const Unit& unit, const char* what) {
 
 }  // namespace
 
+std::string main_grad_dtype(const Policy& policy) {
+  return is_floating_dtype(policy.reduce_dtype) && dtype_size(policy.reduce_dtype) >= 4
+             ? policy.reduce_dtype
+             : "float32";
+}
+
 std::string compute_dtype(const Policy& policy, const std::string& storage_dtype) {
   if (policy.param_dtype && is_floating_dtype(storage_dtype)) return *policy.param_dtype;
   return storage_dtype;
@@ -100,11 +106,11 @@ int64_t unit_reduce_scatter_bytes(const Policy& policy, const Unit& unit) {
 
 int64_t unit_gradient_shard_bytes(const Policy& policy, const Unit& unit) {
   const std::string what =
-      of_unit(unit, "gradient shard bytes (Σ shard_numel × reduce dtype size)");
+      of_unit(unit, "gradient shard bytes (Σ shard_numel × main gradient dtype size)");
   int64_t bytes = 0;
   for (const Group& group : unit.groups) {
     if (!has_gradient(group)) continue;
-    bytes = add_product(bytes, group.shard_numel, dtype_size(policy.reduce_dtype), what);
+    bytes = add_product(bytes, group.shard_numel, dtype_size(main_grad_dtype(policy)), what);
   }
   return bytes;
 }

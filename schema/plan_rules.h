@@ -17,6 +17,10 @@ namespace mfsdp::schema {
 // The dtype a group is gathered and computed in: policy.param_dtype for a floating group
 // when set, the storage dtype otherwise.
 std::string compute_dtype(const Policy& policy, const std::string& storage_dtype);
+// Dtype of the sharded main gradients: the reduce dtype when it has 32 bits or more, else
+// float32. Gradients are reduce-scattered in bfloat16 or float16 but accumulated over
+// microbatches, and all-reduced across replicas, in float32, as FSDP2 does.
+std::string main_grad_dtype(const Policy& policy);
 
 // Elements that parameter offsets and shard boundaries of a group align to:
 // max(1, align_bytes / min(storage dtype size, compute dtype size)).

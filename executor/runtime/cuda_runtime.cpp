@@ -149,14 +149,14 @@ class CudaRuntime final : public Runtime {
   }
 
   // In the reduce dtype: the flat gradient and the output shard are made on compute, the
-  // reduce stream waits for them, reduce-scatters and accumulates into the main gradient with
-  // LibTorch's kernels on its own stream, so backward goes on meanwhile. The allocator learns
-  // that the temporaries are in use there.
+  // reduce stream waits for them, reduce-scatters and accumulates into the main gradient
+  // (float32 under a bf16 or fp16 reduce dtype) with LibTorch's kernels on its own stream, so
+  // backward goes on meanwhile. The allocator learns that the temporaries are in use there.
   void reduce_scatter_gradients(FlatGroup& group, const std::vector<at::Tensor>& grads,
                                 const std::string& what) override {
     Stream& reduce = stream(StreamRole::kReduce);
     at::Tensor main_grad = group.main_grad();
-    const at::TensorOptions options = main_grad.options();
+    const at::TensorOptions options = main_grad.options().dtype(group.reduce_dtype());
     const at::Tensor input = group.flat_gradient(grads, options);
     const at::Tensor output = at::empty({group.layout().shard_numel}, options);
     after_compute(reduce);

@@ -63,7 +63,10 @@ FlatGroup::FlatGroup(const schema::Group& group, const schema::Policy& policy, i
   master_ = torch::zeros({group.shard_numel}, on_device.dtype(storage_));
   if (trainable()) {
     master_.set_requires_grad(true);
-    main_grad_ = torch::zeros({group.shard_numel}, on_device.dtype(reduce_));
+    // In float32 even when gradients are reduced in bf16 or fp16: microbatches accumulate here.
+    main_grad_ =
+        torch::zeros({group.shard_numel},
+                     on_device.dtype(planner::scalar_type_of(schema::main_grad_dtype(policy))));
   }
   if (compute_ != storage_) {
     staging_ = torch::empty({group.shard_numel}, on_device.dtype(compute_));

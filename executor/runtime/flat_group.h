@@ -27,6 +27,8 @@ class FlatGroup {
   const schema::Group& layout() const { return *group_; }
   bool trainable() const;
   c10::ScalarType compute_dtype() const { return compute_; }
+  // Gradients are reduce-scattered in this dtype; main_grad() is schema::main_grad_dtype.
+  c10::ScalarType reduce_dtype() const { return reduce_; }
   int64_t unsharded_bytes() const;
   int64_t shard_bytes_in_compute_dtype() const;
 

@@ -44,12 +44,18 @@ TEST(MemoryCheck, ShardedParamBytesAddUpTheUnits) {
                                "sharded_bytes)"});
 }
 
-TEST(MemoryCheck, ShardedGradBytesUseTheReduceDtype) {
+// Main gradients are float32 under a bf16 or fp16 reduce dtype (accumulated in full
+// precision), and in the reduce dtype when it is wider.
+TEST(MemoryCheck, ShardedGradBytesUseTheMainGradientDtype) {
   Plan plan = sample_plan();
-  plan.policy.reduce_dtype = "bfloat16";  // gradient shards halve: 16 × 2 + 32 × 2
+  plan.policy.reduce_dtype = "bfloat16";  // reduced in bf16, kept in float32: 192 stands
+  for (const std::string& line : check(plan)) {
+    EXPECT_NE(line.rfind("memory.sharded_grad_bytes", 0), 0u) << line;
+  }
+  plan.policy.reduce_dtype = "float64";  // gradient shards double: 16 × 8 + 32 × 8
   EXPECT_EQ(check(plan)[0],
-            "memory.sharded_grad_bytes: is 192, expected 96 (Σ gradient groups' "
-            "shard_numel × reduce dtype size)");
+            "memory.sharded_grad_bytes: is 192, expected 384 (Σ gradient groups' "
+            "shard_numel × main gradient dtype size)");
 }
 
 TEST(MemoryCheck, SlotsAreNumberedInOrder) {

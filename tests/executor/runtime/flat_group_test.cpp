@@ -97,5 +97,23 @@ TEST(FlatGroup, EightRanksLeaveSomeShardsAllPadding) {
   EXPECT_EQ(last.master().count_nonzero().item<int64_t>(), 0);
 }
 
+// Reduced in bf16 or fp16, the main gradients stay float32: microbatches and replicas
+// accumulate in full precision. A wider reduce dtype keeps its own width.
+TEST(FlatGroup, MainGradientsAreFloat32UnderAHalfPrecisionReduceDtype) {
+  const schema::Unit unit = plan_unit(2);
+  const schema::Group& layout = unit.groups.at(0);  // float32
+  for (const auto& [reduce, main] :
+       std::vector<std::pair<std::string, c10::ScalarType>>{{"bfloat16", at::kFloat},
+                                                            {"float16", at::kFloat},
+                                                            {"float32", at::kFloat},
+                                                            {"float64", at::kDouble}}) {
+    schema::Policy policy;
+    policy.reduce_dtype = reduce;
+    const FlatGroup group(layout, policy, 0, nullptr);
+    EXPECT_EQ(group.main_grad().scalar_type(), main) << reduce;
+    EXPECT_EQ(group.reduce_dtype(), planner::scalar_type_of(reduce)) << reduce;
+  }
+}
+
 }  // namespace
 }  // namespace mfsdp::executor

@@ -42,12 +42,15 @@ void Context::zero_grad() {
 }
 
 double Context::clip_grad_norm(double max_norm) {
-  double local = 0;
+  at::Tensor squares;  // summed on the device, read once: one host sync, not one per group
   for (auto& unit : impl_->units) {
     for (auto& group : unit.groups) {
-      if (group.trainable()) local += group.main_grad().to(at::kDouble).pow(2).sum().item<double>();
+      if (!group.trainable()) continue;
+      const at::Tensor s = group.main_grad().to(at::kDouble).pow(2).sum();
+      squares = squares.defined() ? squares + s : s;
     }
   }
+  const double local = squares.defined() ? squares.item<double>() : 0.0;
   // Shards are disjoint within a shard group and identical across replicas.
   const double value =
       impl_->runtime->all_reduce_scalar(local, ReduceOp::kSum, "gradient-norm all-reduce");

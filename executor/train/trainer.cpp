@@ -164,6 +164,7 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
     optimizer.set_lr(lr);
 
     StepRecord record;
+    at::Tensor local_loss;  // summed where the loss is, read once per step: one host sync
     for (int64_t m = 0; m < microbatches; ++m) {
       microbatch(*ctx, m + 1 == microbatches);
       Batch batch = data->batch(step, m);
@@ -173,7 +174,8 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
         const c10::IValue output = ctx->forward(loss.forward_inputs(batch));
         const at::Tensor value = loss.compute(output, batch) / static_cast<double>(microbatches);
         ctx->backward(value);
-        record.local_loss += value.item<double>();
+        const at::Tensor summed = value.detach().to(at::kDouble);
+        local_loss = local_loss.defined() ? local_loss + summed : summed;
       };
       if (step > first_step || m > 0) {
         run_microbatch();
@@ -187,6 +189,7 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
         fail_on_first_batch(e, ctx->model(), batch.input, config.verbose);
       }
     }
+    record.local_loss = local_loss.item<double>();
     if (config.clip_grad_norm) record.grad_norm = ctx->clip_grad_norm(*config.clip_grad_norm);
     const int64_t optimizer_us = Timeline::now_us();
     const int64_t bytes_before_step = host_memory::tensor_bytes();

@@ -12,6 +12,13 @@ namespace mfsdp::executor {
 class Context;
 class ShardedOptimizer;
 
+// Error(kUsage) naming `checkpoint` when its optimizer kind is not `optimizer_kind` or its
+// model's structural hash is not `structural_hash`, with what to resume it with: the two
+// things no plan can map.
+void check_same_model_and_optimizer(const Manifest& manifest, const std::string& checkpoint,
+                                    const std::string& structural_hash,
+                                    const std::string& optimizer_kind);
+
 enum class CheckpointFit {
   kSamePlan,  // saved under this run's plan (same sha256): loaded file for file
   kReshard,   // saved under another plan of the same model: laid out anew (reshard.h)

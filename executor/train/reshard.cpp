@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "executor/train/checkpoint.h"
+#include "executor/train/checkpoint_compatibility.h"
 #include "executor/train/checkpoint_directory.h"
 #include "executor/train/checkpoint_format.h"
 #include "executor/train/sharded_optimizer.h"
@@ -163,19 +164,8 @@ SavedCheckpoint open_checkpoint(const std::string& checkpoint) {
 
 void check_reshardable(const SavedCheckpoint& saved, const schema::Plan& target,
                        const std::string& optimizer_kind) {
-  const std::string kind = saved.manifest.optimizer.value("kind", "");
-  if (kind != optimizer_kind) {
-    fail(ExitCode::kUsage, saved.path + " holds " + kind + " optimizer state but this run uses " +
-                               optimizer_kind + "; resume with the optimizer " + kind);
-  }
-  const std::string& was = saved.plan.model.structural_hash;
-  const std::string& is = target.model.structural_hash;
-  if (was != is) {
-    fail(ExitCode::kUsage, saved.path + " was saved for another model (structural hash " +
-                               was.substr(0, 12) + ", this plan's " + is.substr(0, 12) +
-                               "); resume it with a plan of the model it trained, " +
-                               saved.manifest.model_path);
-  }
+  check_same_model_and_optimizer(saved.manifest, saved.path, target.model.structural_hash,
+                                 optimizer_kind);
 }
 
 ReshardedRank reshard_rank(const SavedCheckpoint& saved, const schema::Plan& target, int64_t rank) {

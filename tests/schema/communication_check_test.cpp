@@ -39,8 +39,9 @@ TEST(CommunicationCheck, CountsReduceScatterActions) {
 TEST(CommunicationCheck, AllReduceMovesGradientShardsAcrossReplicas) {
   Plan plan = sample_plan();
   plan.communication.all_reduce_bytes = 384;
-  EXPECT_EQ(check(plan), Lines{"communication.all_reduce_bytes: is 384, expected 192 (Σ gradient "
-                               "groups' shard_numel × main gradient dtype size per reduce-scatter)"});
+  EXPECT_EQ(check(plan),
+            Lines{"communication.all_reduce_bytes: is 384, expected 192 (Σ gradient "
+                  "groups' shard_numel × main gradient dtype size per reduce-scatter)"});
 }
 
 TEST(CommunicationCheck, NoAllReduceWithoutReplicas) {

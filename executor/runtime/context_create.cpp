@@ -27,6 +27,14 @@ void load_and_check_plan(Impl& impl, const std::string& plan_path, const LaunchE
                                "; re-plan with --world-size " + std::to_string(env.world_size) +
                                " or launch " + std::to_string(plan.mesh.world_size) + " ranks");
   }
+  // Without loss scaling, small float16 gradients underflow to zero and large ones overflow:
+  // training would degrade without a word. bfloat16 has float32's range at the same size.
+  if (plan.policy.param_dtype && *plan.policy.param_dtype == "float16") {
+    fail(ExitCode::kUsage, plan_path +
+                               ": param dtype float16 needs loss scaling, which mfsdp does not do "
+                               "yet; plan with --param-dtype bfloat16 (the same memory, float32's "
+                               "range) or float32");
+  }
   check_device_name(impl.options.device);
 }
 

@@ -194,6 +194,20 @@ TEST(Context, AFailedAllGatherFailsTheStepAndEveryLaterCall) {
   EXPECT_NE(later.find("injected failure"), std::string::npos) << later;
 }
 
+// float16 compute without a loss scaler would underflow gradients silently: refused at
+// creation, with the dtype to plan instead.
+TEST(Context, Float16ComputeIsRefusedForWantOfLossScaling) {
+  schema::Policy policy;
+  policy.param_dtype = "float16";
+  const std::string plan = one_rank_plan(policy);
+  OneRank rank;
+  const std::string message = message_of([&] { rank.create(plan); }, ExitCode::kUsage);
+  EXPECT_EQ(message, plan +
+                         ": param dtype float16 needs loss scaling, which mfsdp does not do yet; "
+                         "plan with --param-dtype bfloat16 (the same memory, float32's range) or "
+                         "float32");
+}
+
 TEST(Context, ASecondForwardBeforeBackwardIsAUsageError) {
   OneRank rank;
   auto ctx = rank.create(one_rank_plan());

@@ -1,5 +1,6 @@
 #include "executor/train/optimizer_state.h"
 
+#include <sstream>
 #include <type_traits>
 
 #include "schema/error.h"
@@ -14,7 +15,10 @@ using StateKey = typename StateMap::key_type;
 template <typename Key = StateKey>
 Key key_of(const at::Tensor& param) {
   if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(param.unsafeGetTensorImpl());
+    // What 1.x's c10::guts::to_string (gone from 2.11's headers) makes of the pointer.
+    std::ostringstream text;
+    text << static_cast<const void*>(param.unsafeGetTensorImpl());
+    return text.str();
   } else {
     return param.unsafeGetTensorImpl();
   }

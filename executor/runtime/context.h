@@ -99,7 +99,8 @@ class Context {
   // replicas after the last one.
   void microbatch(bool is_last);
   // loss.backward(), then the end of backward: remaining reduce-scatters (zeros for units
-  // that got no gradient) and a wait for the reduce-scatter stream.
+  // that got no gradient) and, after the last microbatch, a wait for the reduce-scatter
+  // stream (an earlier microbatch's reduce-scatters run on under the next one's forward).
   void backward(const at::Tensor& loss);
   // A forward without backward (evaluation), under no-grad: units are gathered in the plan's
   // forward order and every unit is resharded when it returns. Call between training

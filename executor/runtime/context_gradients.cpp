@@ -34,6 +34,7 @@ void Context::sync_gradients() {
 }
 
 void Context::zero_grad() {
+  impl_->wait_for_reductions();  // none may still add into what is zeroed (a no-op after a step)
   for (auto& unit : impl_->units) {
     for (auto& group : unit.groups) {
       if (group.trainable()) group.main_grad().zero_();
@@ -42,6 +43,7 @@ void Context::zero_grad() {
 }
 
 double Context::clip_grad_norm(double max_norm) {
+  impl_->wait_for_reductions();  // a no-op after the last microbatch's backward
   at::Tensor squares;  // summed on the device, read once: one host sync, not one per group
   for (auto& unit : impl_->units) {
     for (auto& group : unit.groups) {

@@ -189,7 +189,15 @@ void Context::Impl::end_of_backward() {
   if (!phase.in_microbatch()) return;
   perform(cursor->finish());
   for (int w : rs_order->finish()) issue_reduce_scatter(w);
-  wait_for_reductions();
+  // The main gradients are read after the last microbatch (clipping, the optimizer, the
+  // caller): compute waits for the reduce stream then. An earlier microbatch leaves its
+  // reduce-scatters in flight under the next one's forward (the next reduce-scatters queue
+  // behind them on their stream); their failures still surface here once reported.
+  if (is_last_microbatch) {
+    wait_for_reductions();
+  } else {
+    runtime->check();
+  }
   const int64_t peak = runtime->peak_tensor_bytes();
   if (peak - microbatch_start_bytes > activation_peak) {
     activation_peak = peak - microbatch_start_bytes;

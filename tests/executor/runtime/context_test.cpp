@@ -150,6 +150,31 @@ TEST(Context, EachGroupIsReduceScatteredOnceInThePlansOrderAndBackwardWaitsForTh
   EXPECT_EQ(rank.record->calls.back(), "wait reduce-scatters");
 }
 
+// Compute waits for the reduce-scatters where the main gradients are read: after a step's
+// last microbatch, and in zero_grad and clip_grad_norm. An earlier microbatch's stay in
+// flight under the next microbatch's forward.
+TEST(Context, OnlyTheLastMicrobatchsBackwardWaitsForTheReduceScatters) {
+  OneRank rank;
+  auto ctx = rank.create(one_rank_plan());
+  auto waits = [&] {
+    int n = 0;
+    for (const std::string& call : rank.record->calls) n += call == "wait reduce-scatters";
+    return n;
+  };
+  for (int m = 0; m < 3; ++m) {
+    ctx->microbatch(m == 2);
+    const at::Tensor logits = ctx->forward({tokens()}).toTensor();
+    ctx->backward(logits.pow(2).mean());
+    EXPECT_FALSE(rank.record->of("reduce_scatter").empty());
+    EXPECT_EQ(waits(), m == 2 ? 1 : 0) << "after microbatch " << m;
+  }
+  EXPECT_EQ(rank.record->calls.back(), "wait reduce-scatters");
+  ctx->clip_grad_norm(1.0);
+  EXPECT_EQ(waits(), 2);
+  ctx->zero_grad();
+  EXPECT_EQ(waits(), 3);
+}
+
 TEST(Context, GradientsReachTheMainGradientsThroughTheRuntime) {
   OneRank rank;
   auto ctx = rank.create(one_rank_plan());

@@ -75,6 +75,7 @@ template <typename Call>
 void NcclCommunicator::Impl::issue(std::string what, int64_t bytes, Call call) {
   throw_if_failed(what);
   CurrentDevice current(stream.device());
+  delay_stream_for_debugging(stream.native());  // the race amplifier; nothing unless asked for
   const uint64_t ticket = stream.note_work();
   const Clock::time_point deadline = Clock::now() + timeout;
   const int64_t issued_us = timeline ? Timeline::now_us() : 0;

@@ -174,6 +174,7 @@ class CudaRuntime final : public Runtime {
     const cudaStream_t native = cuda(reduce).native();
     record_tensor_stream(input, native, device_);
     record_tensor_stream(output, native, device_);
+    delay_stream_for_debugging(native);  // the race amplifier; nothing unless asked for
     run_with_torch_stream(native, device_, [&] { main_grad.add_(output); });
   }
 

@@ -1,6 +1,10 @@
 #include "executor/runtime/cuda_stream.h"
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -269,6 +273,54 @@ bool CudaStream::failed() const {
 
 std::unique_ptr<CudaStream> make_cuda_stream(std::string name, int device) {
   return std::make_unique<CudaStream>(std::move(name), device);
+}
+
+// --- The race amplifier ----------------------------------------------------------------
+namespace {
+
+constexpr std::chrono::microseconds kMaxDebugDelay = std::chrono::seconds(60);
+
+std::atomic<int64_t>& delay_us() {
+  static std::atomic<int64_t> value{
+      parse_debug_stream_delay(std::getenv("MFSDP_DEBUG_STREAM_DELAY_US")).count()};
+  return value;
+}
+
+void CUDART_CB sleep_on_stream(void* us) {
+  std::this_thread::sleep_for(std::chrono::microseconds(reinterpret_cast<uintptr_t>(us)));
+}
+
+}  // namespace
+
+std::chrono::microseconds parse_debug_stream_delay(const char* text) {
+  if (!text || !*text) return std::chrono::microseconds(0);
+  char* end = nullptr;
+  errno = 0;
+  const long long us = std::strtoll(text, &end, 10);
+  if (errno != 0 || *end != '\0' || us < 0 || us > kMaxDebugDelay.count()) {
+    throw Error(ExitCode::kUsage, std::string("MFSDP_DEBUG_STREAM_DELAY_US=") + text +
+                                      " is not a delay in microseconds from 0 to 60000000");
+  }
+  return std::chrono::microseconds(us);
+}
+
+std::chrono::microseconds debug_stream_delay() {
+  return std::chrono::microseconds(delay_us().load());
+}
+
+void set_debug_stream_delay(std::chrono::microseconds delay) {
+  if (delay.count() < 0 || delay > kMaxDebugDelay) {
+    throw Error(ExitCode::kInternal, "a debug stream delay must be from 0 to 60 s");
+  }
+  delay_us() = delay.count();
+}
+
+void delay_stream_for_debugging(cudaStream_t stream) {
+  const int64_t us = delay_us().load();
+  if (us == 0) return;
+  check_cuda(cudaLaunchHostFunc(stream, sleep_on_stream,
+                                reinterpret_cast<void*>(static_cast<uintptr_t>(us))),
+             "delaying a stream (MFSDP_DEBUG_STREAM_DELAY_US)");
 }
 
 }  // namespace mfsdp::executor

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -79,5 +80,18 @@ class CudaStream final : public Stream {
 };
 
 std::unique_ptr<CudaStream> make_cuda_stream(std::string name, int device);
+
+// The race amplifier (docs/gpu.md, "Checking on a GPU"): with MFSDP_DEBUG_STREAM_DELAY_US=N in
+// the environment, or after set_debug_stream_delay(N us), delay_stream_for_debugging() puts a
+// host function that sleeps N us on `stream`, so that the work issued after it starts late. The
+// NCCL communicators call it before every collective and the GPU runtime before adding a
+// reduce-scatter's output into the main gradients: a missing wait between streams then gives
+// wrong numbers instead of passing by luck. 0 (the default) issues nothing. Error(kUsage) for
+// a value that is not a number of microseconds up to 60 s.
+void delay_stream_for_debugging(cudaStream_t stream);
+// MFSDP_DEBUG_STREAM_DELAY_US's value (null or empty: 0).
+std::chrono::microseconds parse_debug_stream_delay(const char* text);
+void set_debug_stream_delay(std::chrono::microseconds delay);
+std::chrono::microseconds debug_stream_delay();
 
 }  // namespace mfsdp::executor

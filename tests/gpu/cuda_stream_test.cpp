@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
+#include <string>
 #include <vector>
 
 #include "executor/runtime/cuda_error.h"
@@ -29,6 +31,32 @@ struct DeviceBuffer {
   void* data = nullptr;
   size_t bytes;
 };
+
+// The race amplifier's variable: microseconds from 0 to 60 s, anything else refused by name.
+TEST(DebugStreamDelay, ParsesMicrosecondsAndRefusesTheRest) {
+  using std::chrono::microseconds;
+  EXPECT_EQ(parse_debug_stream_delay(nullptr), microseconds(0));
+  EXPECT_EQ(parse_debug_stream_delay(""), microseconds(0));
+  EXPECT_EQ(parse_debug_stream_delay("2500"), microseconds(2500));
+  EXPECT_EQ(parse_debug_stream_delay("60000000"), microseconds(60000000));
+  for (const char* bad : {"-1", "2ms", "1e3", "60000001", "99999999999999999999"}) {
+    try {
+      parse_debug_stream_delay(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::kUsage);
+      EXPECT_TRUE(contains(e.what(), std::string("MFSDP_DEBUG_STREAM_DELAY_US=") + bad +
+                                         " is not a delay in microseconds"));
+    }
+  }
+  // Set and restored; no delay issues nothing, so no stream is needed.
+  const microseconds before = debug_stream_delay();
+  set_debug_stream_delay(microseconds(1500));
+  EXPECT_EQ(debug_stream_delay(), microseconds(1500));
+  set_debug_stream_delay(microseconds(0));
+  delay_stream_for_debugging(nullptr);
+  set_debug_stream_delay(before);
+}
 
 TEST(CudaStreamOnGpu, EventOrdersWorkAcrossStreams) {
   MFSDP_REQUIRE_GPU();

@@ -1,6 +1,7 @@
 #pragma once
 // What both sides of a parity run agree on: batch size, optimizer settings, result files.
 
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -18,9 +19,11 @@ inline constexpr int64_t kParityBatch = 48;
 inline const std::vector<std::string> kReorderedUnits = {"stem",     "blocks.0", "blocks.1",
                                                          "blocks.2", "head",     "<root>"};
 
-// A checked-in test input: tests/fixtures/FILE.
+// A checked-in test input: tests/fixtures/FILE of the source tree the tests were built from,
+// or of $MFSDP_SOURCE_DIR when set (prebuilt test binaries run on another machine's checkout).
 inline std::string fixture_path(const std::string& file) {
-  return std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/" + file;
+  const char* root = std::getenv("MFSDP_SOURCE_DIR");
+  return std::string(root && *root ? root : MFSDP_SOURCE_DIR) + "/tests/fixtures/" + file;
 }
 
 executor::OptimizerConfig parity_optimizer(const std::string& kind);

@@ -2,9 +2,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <deque>
 #include <exception>
+#include <iostream>
 #include <map>
+#include <thread>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -101,6 +104,15 @@ class CudaRuntime final : public Runtime {
     for (const auto& c : communicators_) failed = failed || c->failed();
     if (failed) {
       for (const auto& c : communicators_) c->abort();
+      // cudaFree waits for the whole device, where work queued behind a wedged collective
+      // may still sit: the slots are freed only if the device drains within seconds, else
+      // left to the process's exit instead of hanging here.
+      if (slots_ && !streams_drain_within(kDrainGrace)) {
+        const int64_t bytes = slots_->abandon();
+        std::cerr << "mfsdp: warning: rank " << rank_ << ": GPU " << device_ << " was still busy "
+                  << kDrainGrace.count() << " ms after the failure; its " << bytes
+                  << " bytes of slots stay allocated until the process exits\n";
+      }
     }
     communicators_.clear();
     streams_.clear();
@@ -122,6 +134,28 @@ class CudaRuntime final : public Runtime {
   void set_timeline(Timeline* timeline) override {
     for (CommRole role : {CommRole::kAllGather, CommRole::kReduceScatter, CommRole::kReplicas}) {
       if (NcclCommunicator* comm = nccl(role)) comm->set_timeline(timeline);
+    }
+  }
+
+  static constexpr std::chrono::milliseconds kDrainGrace{3000};
+
+  // Whether compute and every collective stream finish their work by `limit` from now.
+  bool streams_drain_within(std::chrono::milliseconds limit) const {
+    std::vector<cudaStream_t> natives{compute_->native()};
+    for (const auto& [name, s] : streams_) natives.push_back(s->native());
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    CurrentDevice current(device_);
+    for (;;) {
+      bool idle = true;
+      for (cudaStream_t native : natives) {
+        if (cudaStreamQuery(native) == cudaErrorNotReady) {
+          cudaGetLastError();  // NotReady is no error; clear it (cuda_error.h, query_event)
+          idle = false;
+        }
+      }
+      if (idle) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
 

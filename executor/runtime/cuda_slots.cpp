@@ -74,6 +74,12 @@ CudaSlots::~CudaSlots() {
   if (previous >= 0) cudaSetDevice(previous);
 }
 
+int64_t CudaSlots::abandon() {
+  if (base_ == nullptr) return 0;
+  base_ = nullptr;
+  return layout_.total_bytes;
+}
+
 void CudaSlots::check_index(int slot) const {
   if (slot < 0 || slot >= count()) {
     fail(ExitCode::kInternal, "slot " + std::to_string(slot) + " does not exist (the plan has " +

@@ -32,6 +32,9 @@ class CudaSlots {
   CudaSlots(const schema::Memory& memory, int64_t align_bytes, int device, int rank);
   // cudaFree, which waits for the device: destroy the slots after the streams that use them.
   ~CudaSlots();
+  // Forgets the allocation without freeing it (the process's exit returns it), for a device
+  // that a wedged collective keeps busy; returns its size in bytes.
+  int64_t abandon();
   CudaSlots(const CudaSlots&) = delete;
   CudaSlots& operator=(const CudaSlots&) = delete;
 

@@ -286,6 +286,9 @@ std::atomic<int64_t>& delay_us() {
   return value;
 }
 
+// delay_next_stream_work_once(): taken by the next delay_stream_for_debugging() alone.
+std::atomic<int64_t> one_shot_us{0};
+
 void CUDART_CB sleep_on_stream(void* us) {
   std::this_thread::sleep_for(std::chrono::microseconds(reinterpret_cast<uintptr_t>(us)));
 }
@@ -315,8 +318,16 @@ void set_debug_stream_delay(std::chrono::microseconds delay) {
   delay_us() = delay.count();
 }
 
+void delay_next_stream_work_once(std::chrono::microseconds delay) {
+  if (delay.count() < 0 || delay > kMaxDebugDelay) {
+    throw Error(ExitCode::kInternal, "a debug stream delay must be from 0 to 60 s");
+  }
+  one_shot_us = delay.count();
+}
+
 void delay_stream_for_debugging(cudaStream_t stream) {
-  const int64_t us = delay_us().load();
+  int64_t us = one_shot_us.exchange(0);
+  if (us == 0) us = delay_us().load();
   if (us == 0) return;
   check_cuda(cudaLaunchHostFunc(stream, sleep_on_stream,
                                 reinterpret_cast<void*>(static_cast<uintptr_t>(us))),

@@ -89,6 +89,9 @@ std::unique_ptr<CudaStream> make_cuda_stream(std::string name, int device);
 // wrong numbers instead of passing by luck. 0 (the default) issues nothing. Error(kUsage) for
 // a value that is not a number of microseconds up to 60 s.
 void delay_stream_for_debugging(cudaStream_t stream);
+// Only the next delay_stream_for_debugging() call, on whichever stream, sleeps `delay` (instead
+// of the set delay): one collective held up, as by a peer that never arrives.
+void delay_next_stream_work_once(std::chrono::microseconds delay);
 // MFSDP_DEBUG_STREAM_DELAY_US's value (null or empty: 0).
 std::chrono::microseconds parse_debug_stream_delay(const char* text);
 void set_debug_stream_delay(std::chrono::microseconds delay);

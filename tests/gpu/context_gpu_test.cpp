@@ -376,9 +376,10 @@ TEST(ContextOnGpu, EvaluateAndCheckpointResumeContinueTheRun) {
   }
 }
 
-// A collective that cannot finish (its stream held 8 s by the race amplifier's sleep) under a
-// 2 s timeout: the step fails within seconds, naming the timeout, and the context closes
-// within seconds instead of waiting for the device. gpu-check runs it in a process of its own.
+// A collective that cannot finish (its stream held 8 s by the race amplifier's one-shot
+// sleep) under a 2 s timeout: the step fails within seconds, naming the timeout, and the context
+// closes within seconds instead of waiting for the device. gpu-check runs it in a process of its
+// own.
 TEST(ContextOnGpu, WedgedCollectiveFailsTheStepAndTheContextClosesWithinSeconds) {
   MFSDP_REQUIRE_GPU();
   GpuCase c;
@@ -391,23 +392,26 @@ TEST(ContextOnGpu, WedgedCollectiveFailsTheStepAndTheContextClosesWithinSeconds)
   auto ctx =
       Context::create(one_rank_plan(c, "wedged"), fixture_path(task.fixture), world.env, options);
   auto optimizer = std::make_unique<ShardedOptimizer>(*ctx, testing::parity_optimizer(c.optimizer));
-  const std::chrono::microseconds before = debug_stream_delay();
-  set_debug_stream_delay(8s);
+  // Inputs and targets on the device first: a copy from pageable memory onto a held stream
+  // would block the host.
+  const testing::Batch batch = testing::global_batch(task, testing::kParityBatch, 0);
+  const at::Tensor inputs = batch.inputs.to(ctx->device());
+  const at::Tensor targets = batch.targets.to(ctx->device());
+  torch::cuda::synchronize(0);
+  delay_next_stream_work_once(8s);  // the first all-gather; the rest queue behind it
   const auto start = std::chrono::steady_clock::now();
   std::string message = "no error";
   try {
     // No loss.item() here: a host read would block inside CUDA until the sleep ends. The
     // optimizer's wait for the reduce-scatters polls, and they wait for the wedged gathers.
     microbatch(*ctx, true);
-    const testing::Batch batch = testing::global_batch(task, testing::kParityBatch, 0);
-    const at::Tensor out = ctx->forward({batch.inputs.to(ctx->device())}).toTensor();
-    ctx->backward(testing::task_loss(task, out, batch.targets.to(ctx->device())));
+    const at::Tensor out = ctx->forward({inputs}).toTensor();
+    ctx->backward(testing::task_loss(task, out, targets));
     optimizer->step();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::kRuntime) << e.what();
     message = e.what();
   }
-  set_debug_stream_delay(before);
   const auto failed_after = std::chrono::steady_clock::now() - start;
   EXPECT_TRUE(contains(message, "timed out after 2000 ms")) << message;
   EXPECT_LT(failed_after, 5s);

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -121,28 +122,37 @@ executor::OptimizerConfig adamw(const Options& o) {
   return c;
 }
 
+// Times `step` (one training step on a batch, returning its loss) over the warm-up and timed
+// steps, each between two device synchronisations; keeps the first round's losses.
+void timed_steps(const Options& o, const at::Device& device, int64_t vocab, Result& r,
+                 const std::function<at::Tensor(const Batch&)>& step) {
+  const bool first = r.losses.empty();
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    const Batch b = batch_for(s, o, vocab, device);
+    synchronize(device);
+    const auto start = Clock::now();
+    const double loss = step(b).item<double>();
+    synchronize(device);
+    if (s >= o.warmup) {
+      r.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    }
+    if (first) r.losses.push_back(loss);
+  }
+}
+
 void plain_round(const Options& o, const at::Device& device, int64_t vocab, Result& r) {
   torch::jit::Module module = torch::jit::load(o.model, device);
   module.train();
   std::vector<at::Tensor> params;
   for (const at::Tensor& p : module.parameters()) params.push_back(p);
   auto optimizer = executor::make_optimizer(params, adamw(o));
-  const bool first = r.losses.empty();
-  for (int step = 0; step < o.warmup + o.steps; ++step) {
-    const Batch b = batch_for(step, o, vocab, device);
-    synchronize(device);
-    const auto start = Clock::now();
+  timed_steps(o, device, vocab, r, [&](const Batch& b) {
     optimizer->zero_grad();
     const at::Tensor loss = lm_loss(module.forward({b.inputs}).toTensor(), b.targets, vocab);
     loss.backward();
     optimizer->step();
-    const double value = loss.item<double>();
-    synchronize(device);
-    if (step >= o.warmup) {
-      r.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-    }
-    if (first) r.losses.push_back(value);
-  }
+    return loss;
+  });
 }
 
 void mfsdp_round(const Options& o, const at::Device& device, int64_t vocab, Result& r) {
@@ -155,23 +165,14 @@ void mfsdp_round(const Options& o, const at::Device& device, int64_t vocab, Resu
   options.device = o.device;
   auto ctx = executor::Context::create(o.plan, o.model, env, options);
   executor::ShardedOptimizer optimizer(*ctx, adamw(o));
-  const bool first = r.losses.empty();
-  for (int step = 0; step < o.warmup + o.steps; ++step) {
-    const Batch b = batch_for(step, o, vocab, device);
-    synchronize(device);
-    const auto start = Clock::now();
+  timed_steps(o, device, vocab, r, [&](const Batch& b) {
     executor::microbatch(*ctx, true);
     const at::Tensor loss = lm_loss(ctx->forward({b.inputs}).toTensor(), b.targets, vocab);
     ctx->backward(loss);
     optimizer.step();
     ctx->zero_grad();
-    const double value = loss.item<double>();
-    synchronize(device);
-    if (step >= o.warmup) {
-      r.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-    }
-    if (first) r.losses.push_back(value);
-  }
+    return loss;
+  });
 }
 
 // LibTorch's caching allocator's peak since the last reset (-1 on the CPU).

@@ -52,6 +52,16 @@ struct GpuCase {
 const std::vector<std::string> kFineUnits = {"layers.0.attn", "layers.0.mlp", "layers.1.attn",
                                              "layers.1.mlp", "<root>"};
 
+// AdamW over four microbatches with the five units above, `prefetch` all-gathers ahead.
+GpuCase fine_units(int64_t prefetch) {
+  GpuCase c;
+  c.optimizer = "adamw";
+  c.microbatches = 4;
+  c.units = kFineUnits;
+  c.prefetch = prefetch;
+  return c;
+}
+
 // tied_lm (two transformer layers, tied embedding) planned for one rank.
 std::string one_rank_plan(const GpuCase& c, const std::string& name) {
   const std::string dir = ::testing::TempDir() + "/context_gpu_" + name;
@@ -270,21 +280,14 @@ TEST(ContextOnGpu, CheckpointedBlocksMatchSingleGpuLibTorch) {
 // Units taking turns in shared slots, two all-gathers ahead, on one stream for every
 // collective, over four microbatches.
 TEST(ContextOnGpu, UnitsSharingSlotsTwoAheadOnOneStreamMatchSingleGpuLibTorch) {
-  GpuCase c;
-  c.optimizer = "adamw";
-  c.microbatches = 4;
-  c.units = kFineUnits;
-  c.prefetch = 2;
+  GpuCase c = fine_units(2);
   c.unified_stream = true;
   expect_gpu_parity(c, "shared_slots_prefetch2_unified");
 }
 
 // The same in bfloat16 compute with float32 reduce-scatters and main gradients, one ahead.
 TEST(ContextOnGpu, UnitsSharingSlotsInBfloat16WithFloat32ReductionTrainCloseToFp32) {
-  GpuCase c;
-  c.optimizer = "adamw";
-  c.microbatches = 4;
-  c.units = kFineUnits;
+  GpuCase c = fine_units(1);
   c.param_dtype = "bfloat16";
   c.tolerance = 5e-2;
   expect_gpu_parity(c, "shared_slots_bf16_fp32_reduce");
@@ -295,11 +298,7 @@ TEST(ContextOnGpu, UnitsSharingSlotsInBfloat16WithFloat32ReductionTrainCloseToFp
 // collective streams would now read slots before their all-gather lands, or main gradients
 // before they are summed, and parity would fail.
 TEST(ContextOnGpu, DelayedCollectiveStreamsKeepParity) {
-  GpuCase c;
-  c.optimizer = "adamw";
-  c.microbatches = 4;
-  c.units = kFineUnits;
-  c.prefetch = 2;
+  GpuCase c = fine_units(2);
   const std::chrono::microseconds before = debug_stream_delay();
   set_debug_stream_delay(3ms);
   expect_gpu_parity(c, "race_amplifier");
@@ -310,11 +309,7 @@ TEST(ContextOnGpu, DelayedCollectiveStreamsKeepParity) {
 // the context computes on it, and every wait between it and the collectives still holds.
 TEST(ContextOnGpu, NonDefaultComputeStreamKeepsParity) {
   MFSDP_REQUIRE_GPU();
-  GpuCase c;
-  c.optimizer = "adamw";
-  c.microbatches = 4;
-  c.units = kFineUnits;
-  c.prefetch = 2;
+  GpuCase c = fine_units(2);
   CudaStream side("side compute", 0);
   run_with_torch_stream(side.native(), 0, [&] { expect_gpu_parity(c, "side_stream"); });
   side.synchronize();
@@ -324,10 +319,7 @@ TEST(ContextOnGpu, NonDefaultComputeStreamKeepsParity) {
 // saved after 3 steps and resumed into a fresh context continues the run it was saved from.
 TEST(ContextOnGpu, EvaluateAndCheckpointResumeContinueTheRun) {
   MFSDP_REQUIRE_GPU();
-  GpuCase c;
-  c.optimizer = "adamw";
-  c.microbatches = 4;
-  c.units = kFineUnits;
+  GpuCase c = fine_units(1);
   const TrainingTask task = testing::task_named("tied_lm");
   const std::string model = fixture_path(task.fixture);
   const std::string plan = one_rank_plan(c, "evaluate_resume");

@@ -21,15 +21,20 @@
 #include "executor/runtime/flat_group.h"
 #include "executor/runtime/param_binding.h"
 #include "executor/runtime/runtime.h"
-#include "executor/runtime/schedule_cursor.h"
 #include "executor/runtime/timeline.h"
 #include "executor/runtime/unit_runtime.h"
 #include "executor/runtime/unit_state.h"
 #include "planner/torchscript/unit_hooks.h"
 #include "schema/error.h"
 #include "schema/plan.h"
+#include "schema/schedule_cursor.h"
 
 namespace mfsdp::executor {
+
+using schema::Point;
+using schema::ReduceScatterOrder;
+using schema::ScheduleAction;
+using schema::ScheduleCursor;
 
 // How Context::create makes the runtime: make_runtime(), or a fake one in tests.
 using RuntimeFactory = std::function<std::unique_ptr<Runtime>(const schema::Plan&, const LaunchEnv&,

@@ -12,6 +12,7 @@
 #include "executor/runtime/context_impl.h"
 #include "planner/sharding_scope.h"
 #include "schema/plan_json.h"
+#include "schema/simulate.h"
 #include "tests/executor/runtime/one_rank_world.h"
 #include "tests/executor/runtime/recording_runtime.h"
 #include "tests/executor/train/error_of.h"
@@ -173,6 +174,41 @@ TEST(Context, OnlyTheLastMicrobatchsBackwardWaitsForTheReduceScatters) {
   EXPECT_EQ(waits(), 2);
   ctx->zero_grad();
   EXPECT_EQ(waits(), 3);
+}
+
+// The simulator (schema/simulate.h) predicts from the same schedule semantics the context
+// runs: over two microbatches, it issues the same collectives in the same order, and waits
+// for the reduce-scatters exactly once.
+TEST(Context, IssuesTheCollectivesTheSimulatorReplaysInTheSameOrder) {
+  OneRank rank;
+  auto ctx = rank.create(one_rank_plan());
+  for (int m = 0; m < 2; ++m) {
+    ctx->microbatch(m == 1);
+    const at::Tensor logits = ctx->forward({tokens()}).toTensor();
+    ctx->backward(logits.pow(2).mean());
+  }
+  Names ran;  // tied_lm's units have one group each: "all-gather of layers.0 group 0"
+  for (const std::string& call : rank.record->calls) {
+    const auto group = call.find(" group ");
+    if (call.rfind("all_gather ", 0) == 0 || call.rfind("reduce_scatter ", 0) == 0) {
+      if (call.find("(early") == std::string::npos) ran.push_back(call.substr(0, group));
+    }
+  }
+  schema::StepCosts costs;
+  costs.all_gather.latency_us = costs.reduce_scatter.latency_us = 1;
+  const schema::Prediction predicted = schema::simulate_step(ctx->plan(), costs, 2);
+  Names replayed;
+  for (const schema::PredictedSpan& span : predicted.timeline) {
+    if (span.track == "compute") continue;
+    const bool gather = span.name.rfind("all-gather", 0) == 0;
+    replayed.push_back(std::string(gather ? "all_gather " : "reduce_scatter ") + span.name);
+  }
+  EXPECT_EQ(ran, replayed);
+  int waits = 0;
+  for (const schema::PredictedSpan& span : predicted.timeline) {
+    waits += span.name == "wait for reduce-scatters";
+  }
+  EXPECT_EQ(waits, 1);
 }
 
 TEST(Context, GradientsReachTheMainGradientsThroughTheRuntime) {

@@ -1,11 +1,11 @@
-#include "executor/runtime/schedule_cursor.h"
+#include "schema/schedule_cursor.h"
 
 #include <algorithm>
 #include <map>
 
 #include "schema/error.h"
 
-namespace mfsdp::executor {
+namespace mfsdp::schema {
 namespace {
 
 const char* point_name(Point p) {
@@ -24,7 +24,7 @@ const char* point_name(Point p) {
   return "?";
 }
 
-// The plan was validated (schema::check_plan), so its points are the five known ones.
+// The plan was validated (check_plan), so its points are the five known ones.
 Point parse_point(const std::string& point) {
   for (Point p : {Point::kPreForward, Point::kPostForward, Point::kPreBackward,
                   Point::kPostBackward, Point::kEndOfBackward}) {
@@ -37,19 +37,19 @@ bool is_pre(Point p) {
   return p == Point::kPreForward || p == Point::kPreBackward;
 }
 
-std::map<std::string, int> unit_indices(const schema::Plan& plan) {
+std::map<std::string, int> unit_indices(const Plan& plan) {
   std::map<std::string, int> index;
   for (size_t u = 0; u < plan.units.size(); ++u) index[plan.units[u].name] = static_cast<int>(u);
   return index;
 }
 
-std::string describe(const schema::ScheduleEntry& e) {
+std::string describe(const ScheduleEntry& e) {
   return e.point + (e.unit ? " " + *e.unit : "") + " (call " + std::to_string(e.call) + ")";
 }
 
 }  // namespace
 
-ScheduleCursor::ScheduleCursor(const schema::Plan& plan) : plan_(plan) {
+ScheduleCursor::ScheduleCursor(const Plan& plan) : plan_(plan) {
   const auto index = unit_indices(plan);
   auto indices = [&](const std::vector<std::string>& names) {
     std::vector<int> out;
@@ -85,7 +85,7 @@ namespace {
 // How to get a plan this step can follow: a static plan counts one call per call site under
 // data-dependent control flow, which only a traced step settles; a traced plan follows the
 // path its own inputs took.
-std::string replan_advice(const schema::Plan& plan, const schema::Unit& unit) {
+std::string replan_advice(const Plan& plan, const Unit& unit) {
   const std::string how = "(docs/ordering.md#traced-orders)";
   if (plan.trace) {
     return "re-plan with the model's real unit order: `mfsdp plan --trace-input` with inputs "
@@ -169,7 +169,7 @@ std::vector<ScheduleAction> ScheduleCursor::finish_forward() {
   return out;
 }
 
-ReduceScatterOrder::ReduceScatterOrder(const schema::Plan& plan) {
+ReduceScatterOrder::ReduceScatterOrder(const Plan& plan) {
   const auto index = unit_indices(plan);
   for (const auto& e : plan.schedule) {
     for (const auto& name : e.reduce_scatter) order_.push_back(index.at(name));
@@ -195,4 +195,4 @@ std::vector<int> ReduceScatterOrder::finish() {
   return out;
 }
 
-}  // namespace mfsdp::executor
+}  // namespace mfsdp::schema

@@ -1,4 +1,4 @@
-#include "executor/runtime/schedule_cursor.h"
+#include "schema/schedule_cursor.h"
 
 #include <algorithm>
 #include <fstream>
@@ -9,26 +9,25 @@
 #include "schema/plan_json.h"
 #include "tests/planner/test_support.h"  // EXPECT_MFSDP_ERROR
 
-namespace mfsdp::executor {
+namespace mfsdp::schema {
 namespace {
 
 using Kind = ScheduleAction::Kind;
 
-schema::Plan golden(const std::string& name) {
-  schema::ParseResult r =
-      schema::read_plan_file(std::string(MFSDP_SOURCE_DIR) + "/plans/" + name + ".plan.json");
+Plan golden(const std::string& name) {
+  ParseResult r = read_plan_file(std::string(MFSDP_SOURCE_DIR) + "/plans/" + name + ".plan.json");
   EXPECT_TRUE(r.problems.empty());
   return r.plan;
 }
 
-int unit(const schema::Plan& plan, const std::string& name) {
+int unit(const Plan& plan, const std::string& name) {
   for (size_t u = 0; u < plan.units.size(); ++u) {
     if (plan.units[u].name == name) return static_cast<int>(u);
   }
   throw std::logic_error("no unit " + name);
 }
 
-std::vector<std::string> describe(const schema::Plan& plan, const std::vector<ScheduleAction>& a) {
+std::vector<std::string> describe(const Plan& plan, const std::vector<ScheduleAction>& a) {
   std::vector<std::string> out;
   for (const auto& x : a) {
     const char* kind = x.kind == Kind::kAllGather ? "ag "
@@ -43,8 +42,8 @@ using Lines = std::vector<std::string>;
 
 // Live unsharded bytes as the executor would count them following `actions` (all-gathers
 // add a unit's bytes, reshards free them), starting from `live`; `peak` keeps the most.
-void follow_bytes(const schema::Plan& plan, const std::vector<ScheduleAction>& actions,
-                  int64_t& live, int64_t& peak) {
+void follow_bytes(const Plan& plan, const std::vector<ScheduleAction>& actions, int64_t& live,
+                  int64_t& peak) {
   for (const ScheduleAction& a : actions) {
     if (a.kind == Kind::kAllGather) live += plan.units[a.unit].unsharded_bytes;
     peak = std::max(peak, live);
@@ -54,7 +53,7 @@ void follow_bytes(const schema::Plan& plan, const std::vector<ScheduleAction>& a
 
 // two_roots: encoder then decoder, prefetch 1; decoder is kept for backward.
 TEST(ScheduleCursor, FollowsThePlanEventByEvent) {
-  const schema::Plan plan = golden("two_roots");
+  const Plan plan = golden("two_roots");
   ScheduleCursor cursor(plan);
   const int enc = unit(plan, "encoder"), dec = unit(plan, "decoder");
   int64_t live = 0, peak = 0;
@@ -79,7 +78,7 @@ TEST(ScheduleCursor, FollowsThePlanEventByEvent) {
 }
 
 TEST(ScheduleCursor, SkippedEntriesStillIssueTheirCollectivesAndAreReported) {
-  const schema::Plan plan = golden("conditional");
+  const Plan plan = golden("conditional");
   ScheduleCursor cursor(plan);
   const int root = unit(plan, "<root>");
   cursor.on_event(Point::kPreForward, root);
@@ -97,7 +96,7 @@ TEST(ScheduleCursor, SkippedEntriesStillIssueTheirCollectivesAndAreReported) {
 }
 
 TEST(ScheduleCursor, AnEventThePlanDoesNotHaveAheadFails) {
-  const schema::Plan plan = golden("two_roots");
+  const Plan plan = golden("two_roots");
   // A second call of a unit the plan calls once: more often than the plan counts.
   ScheduleCursor again(plan);
   again.on_event(Point::kPreForward, unit(plan, "encoder"));
@@ -116,7 +115,7 @@ TEST(ScheduleCursor, AnEventThePlanDoesNotHaveAheadFails) {
 }
 
 TEST(ScheduleCursor, RestartBeginsTheNextMicrobatch) {
-  const schema::Plan plan = golden("two_roots");
+  const Plan plan = golden("two_roots");
   ScheduleCursor cursor(plan);
   cursor.on_event(Point::kPreForward, unit(plan, "encoder"));
   cursor.finish();
@@ -126,7 +125,7 @@ TEST(ScheduleCursor, RestartBeginsTheNextMicrobatch) {
 }
 
 TEST(ReduceScatterOrder, EarlyUnitsWaitForTheOnesBeforeThem) {
-  const schema::Plan plan = golden("tied_lm");  // reduce order: layers.1, layers.0, <root>
+  const Plan plan = golden("tied_lm");  // reduce order: layers.1, layers.0, <root>
   ReduceScatterOrder order(plan);
   const int root = unit(plan, "<root>"), l0 = unit(plan, "layers.0"), l1 = unit(plan, "layers.1");
   EXPECT_EQ(order.ready(l0), std::vector<int>{});
@@ -137,4 +136,4 @@ TEST(ReduceScatterOrder, EarlyUnitsWaitForTheOnesBeforeThem) {
 }
 
 }  // namespace
-}  // namespace mfsdp::executor
+}  // namespace mfsdp::schema

@@ -4,14 +4,15 @@
 // collectives and state changes to perform, in plan order, so every rank issues the same
 // collectives in the same order even when a data-dependent branch skips a unit on one rank.
 // Entries the run skipped are still carried out (their all-gathers issued, their reshards
-// done) and recorded as divergences. No LibTorch here.
+// done) and recorded as divergences. No LibTorch here: the executor follows the schedule with
+// it, and whatever predicts a plan's step replays the schedule with the same semantics.
 
 #include <string>
 #include <vector>
 
 #include "schema/plan.h"
 
-namespace mfsdp::executor {
+namespace mfsdp::schema {
 
 // A schedule entry's point (schema's ScheduleEntry::point, parsed once). The executor reports
 // the first three; post_backward entries are passed on the way to the next event, and
@@ -31,7 +32,7 @@ struct ScheduleAction {
 
 class ScheduleCursor {
  public:
-  explicit ScheduleCursor(const schema::Plan& plan);
+  explicit ScheduleCursor(const Plan& plan);
 
   // Back to the first entry, for the next microbatch.
   void restart();
@@ -60,7 +61,7 @@ class ScheduleCursor {
     std::vector<int> all_gather, wait, reshard;
   };
 
-  const schema::Plan& plan_;
+  const Plan& plan_;
   std::vector<Entry> entries_;  // plan.schedule with unit indices
   size_t next_ = 0;
   std::vector<std::string> divergences_;
@@ -73,7 +74,7 @@ class ScheduleCursor {
 // early waits for the units before it.
 class ReduceScatterOrder {
  public:
-  explicit ReduceScatterOrder(const schema::Plan& plan);
+  explicit ReduceScatterOrder(const Plan& plan);
   void restart();
   // Marks `unit`'s gradients ready; returns the units now to reduce, in order.
   std::vector<int> ready(int unit);
@@ -87,4 +88,4 @@ class ReduceScatterOrder {
   size_t next_ = 0;
 };
 
-}  // namespace mfsdp::executor
+}  // namespace mfsdp::schema

@@ -1,0 +1,203 @@
+#include "schema/simulate.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "schema/error.h"
+#include "schema/plan_json.h"
+#include "tests/planner/test_support.h"  // EXPECT_MFSDP_ERROR
+
+namespace mfsdp::schema {
+namespace {
+
+Plan golden_plan(const std::string& name) {
+  ParseResult r = read_plan_file(std::string(MFSDP_SOURCE_DIR) + "/plans/" + name + ".plan.json");
+  EXPECT_TRUE(r.problems.empty()) << name;
+  return r.plan;
+}
+
+// Round numbers for tied_lm (plans/tied_lm.plan.json: <root> holds the embedding and the head,
+// layers.0 and layers.1 the blocks; prefetch 1 both ways): every all-gather 10 us, every
+// reduce-scatter 15 us, forward 5 us for the root's own work and 30 per block, backward 5
+// and 60.
+StepCosts round_costs() {
+  StepCosts c;
+  c.all_gather.latency_us = 10;
+  c.reduce_scatter.latency_us = 15;
+  c.all_reduce.latency_us = 7;
+  c.forward_us = {{"<root>", 5}, {"layers.0", 30}, {"layers.1", 30}};
+  c.backward_us = {{"<root>", 5}, {"layers.0", 60}, {"layers.1", 60}};
+  return c;
+}
+
+struct Span {
+  std::string track, name;
+  double start, end;
+};
+
+std::vector<Span> on_track(const Prediction& p, const std::string& track) {
+  std::vector<Span> out;
+  for (const PredictedSpan& s : p.timeline) {
+    if (s.track == track) out.push_back({s.track, s.name, s.start_us, s.end_us});
+  }
+  return out;
+}
+
+void expect_spans(const std::vector<Span>& got, const std::vector<Span>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].name, want[i].name) << i;
+    EXPECT_DOUBLE_EQ(got[i].start, want[i].start) << got[i].name;
+    EXPECT_DOUBLE_EQ(got[i].end, want[i].end) << got[i].name;
+  }
+}
+
+// The timeline worked out by hand from tied_lm's schedule, one microbatch:
+//   pre_forward <root>: gathers <root> 0-10 and layers.0 10-20; compute waits 0-10; root 10-15
+//   pre_forward layers.0: gathers layers.1 20-30; waits 15-20; forward 20-50
+//   pre_forward layers.1: its gather landed at 30; forward 50-80
+//   pre_backward <root>: gathers layers.1 80-90; backward 80-85
+//   pre_backward layers.1: gathers layers.0 90-100; waits 85-90; backward 90-150
+//   post_backward layers.1: reduce-scatter 150-165
+//   pre_backward layers.0: its gather landed at 100; backward 150-210
+//   post_backward layers.0, <root>: reduce-scatters 210-225, 225-240
+//   end of backward (the last microbatch): compute waits 210-240.
+// Step 240 us: 190 of compute, 50 waiting (10 + 5 + 5 + 30).
+TEST(Simulate, OneMicrobatchFollowsTheScheduleAsWorkedOutByHand) {
+  const Prediction p = simulate_step(golden_plan("tied_lm"), round_costs(), 1);
+  EXPECT_DOUBLE_EQ(p.step_us, 240);
+  EXPECT_DOUBLE_EQ(p.compute_us, 190);
+  EXPECT_DOUBLE_EQ(p.exposed_comm_us, 50);
+  expect_spans(on_track(p, "all_gather"), {{"", "all-gather of <root>", 0, 10},
+                                           {"", "all-gather of layers.0", 10, 20},
+                                           {"", "all-gather of layers.1", 20, 30},
+                                           {"", "all-gather of layers.1", 80, 90},
+                                           {"", "all-gather of layers.0", 90, 100}});
+  expect_spans(on_track(p, "reduce_scatter"), {{"", "reduce-scatter of layers.1", 150, 165},
+                                               {"", "reduce-scatter of layers.0", 210, 225},
+                                               {"", "reduce-scatter of <root>", 225, 240}});
+  expect_spans(on_track(p, "compute"), {{"", "wait for all-gather of <root>", 0, 10},
+                                        {"", "forward <root>", 10, 15},
+                                        {"", "wait for all-gather of layers.0", 15, 20},
+                                        {"", "forward layers.0", 20, 50},
+                                        {"", "forward layers.1", 50, 80},
+                                        {"", "backward <root>", 80, 85},
+                                        {"", "wait for all-gather of layers.1", 85, 90},
+                                        {"", "backward layers.1", 90, 150},
+                                        {"", "backward layers.0", 150, 210},
+                                        {"", "wait for reduce-scatters", 210, 240}});
+}
+
+// Two microbatches: the first ends at 210 without waiting for its reduce-scatters (they run
+// until 240 under the second's forward), and the second, shifted by 210 from the first
+// except where the streams are still busy, ends as the first did: 450 us, 70 of them waiting.
+TEST(Simulate, OnlyTheLastMicrobatchWaitsForItsReduceScatters) {
+  const Prediction p = simulate_step(golden_plan("tied_lm"), round_costs(), 2);
+  EXPECT_DOUBLE_EQ(p.step_us, 450);
+  EXPECT_DOUBLE_EQ(p.compute_us, 380);
+  EXPECT_DOUBLE_EQ(p.exposed_comm_us, 70);
+  int waits = 0;
+  for (const Span& s : on_track(p, "compute")) waits += s.name == "wait for reduce-scatters";
+  EXPECT_EQ(waits, 1);
+}
+
+// One stream for every collective: the second microbatch's first all-gather queues behind
+// the first microbatch's reduce-scatters (240 instead of 210), so compute waits 40 us for it.
+TEST(Simulate, AUnifiedStreamQueuesTheNextGathersBehindTheReduceScatters) {
+  Plan plan = golden_plan("tied_lm");
+  plan.policy.unified_stream = true;
+  const Prediction one = simulate_step(plan, round_costs(), 1);
+  EXPECT_DOUBLE_EQ(one.step_us, 240);  // nothing contends within one microbatch here
+  const Prediction p = simulate_step(plan, round_costs(), 2);
+  EXPECT_DOUBLE_EQ(p.step_us, 480);
+  EXPECT_DOUBLE_EQ(p.exposed_comm_us, 100);
+  EXPECT_TRUE(on_track(p, "all_gather").empty());
+  EXPECT_EQ(on_track(p, "unified").size(), 16u);  // 5 gathers and 3 reduce-scatters each
+  const std::vector<Span> compute = on_track(p, "compute");
+  const auto second_wait = std::find_if(compute.begin(), compute.end(), [](const Span& s) {
+    return s.name == "wait for all-gather of <root>" && s.start == 210;
+  });
+  ASSERT_NE(second_wait, compute.end());
+  EXPECT_DOUBLE_EQ(second_wait->end, 250);
+}
+
+// HSDP: after the last microbatch each unit's reduce-scatter is followed on the same stream by
+// its all-reduce across replicas (7 us here): 150-165-172, 210-225-232, 232-247-254.
+TEST(Simulate, HybridShardingAllReducesAfterEachReduceScatterOfTheLastMicrobatch) {
+  Plan plan = golden_plan("tied_lm_hsdp");  // 2 x 2 on one stream: separate ones to read it
+  plan.policy.unified_stream = false;
+  const Prediction p = simulate_step(plan, round_costs(), 1);
+  EXPECT_DOUBLE_EQ(p.step_us, 254);
+  EXPECT_DOUBLE_EQ(p.exposed_comm_us, 64);
+  expect_spans(on_track(p, "reduce_scatter"),
+               {{"", "reduce-scatter of layers.1", 150, 165},
+                {"", "all-reduce across replicas of layers.1", 165, 172},
+                {"", "reduce-scatter of layers.0", 210, 225},
+                {"", "all-reduce across replicas of layers.0", 225, 232},
+                {"", "reduce-scatter of <root>", 232, 247},
+                {"", "all-reduce across replicas of <root>", 247, 254}});
+  // Not after an earlier microbatch: two microbatches all-reduce once per unit.
+  int all_reduces = 0;
+  for (const Span& s : on_track(simulate_step(plan, round_costs(), 2), "reduce_scatter")) {
+    all_reduces += s.name.rfind("all-reduce", 0) == 0;
+  }
+  EXPECT_EQ(all_reduces, 3);
+}
+
+// Bandwidth: bytes over bytes per us, on top of the latency; the unit's unsharded bytes for
+// an all-gather, its gradient bytes in the reduce dtype for a reduce-scatter.
+TEST(Simulate, CollectiveTimeIsLatencyPlusBytesOverBandwidth) {
+  CollectiveCost c;
+  c.latency_us = 3;
+  c.bytes_per_us = 1000;
+  EXPECT_DOUBLE_EQ(c.time_us(50000), 53);
+  EXPECT_DOUBLE_EQ(CollectiveCost{}.time_us(50000), 0);
+
+  StepCosts costs;
+  costs.all_gather.bytes_per_us = 41216.0 / 4;          // <root>'s 41216 bytes in 4 us
+  costs.reduce_scatter.bytes_per_us = 4.0 * 12704 / 8;  // a block's 12704 fp32 gradients in 8 us
+  const Prediction p = simulate_step(golden_plan("tied_lm"), costs, 1);
+  const std::vector<Span> gathers = on_track(p, "all_gather");
+  ASSERT_FALSE(gathers.empty());
+  EXPECT_DOUBLE_EQ(gathers[0].end - gathers[0].start, 4);
+  const std::vector<Span> reduces = on_track(p, "reduce_scatter");
+  ASSERT_FALSE(reduces.empty());
+  EXPECT_DOUBLE_EQ(reduces[0].end - reduces[0].start, 8);  // layers.1
+}
+
+// Free communication: the step is compute alone, the loss and the optimizer included, and a
+// checkpointed unit pays its forward again in backward.
+TEST(Simulate, WithoutCommunicationCostTheStepIsItsCompute) {
+  StepCosts costs = round_costs();
+  costs.all_gather = costs.reduce_scatter = costs.all_reduce = CollectiveCost{};
+  costs.loss_us = 4;
+  costs.optimizer_us = 9;
+  const Prediction p = simulate_step(golden_plan("tied_lm"), costs, 3);
+  EXPECT_DOUBLE_EQ(p.exposed_comm_us, 0);
+  EXPECT_DOUBLE_EQ(p.step_us, 3 * (190 + 4) + 9);
+  EXPECT_DOUBLE_EQ(p.compute_us, p.step_us);
+
+  Plan checkpointed = golden_plan("tied_lm");
+  for (Unit& unit : checkpointed.units) unit.checkpoint = unit.name != "<root>";
+  EXPECT_DOUBLE_EQ(simulate_step(checkpointed, costs, 1).step_us, 190 + 4 + 9 + 30 + 30);
+}
+
+TEST(Simulate, RefusesNoMicrobatchAndNegativeCosts) {
+  const Plan plan = golden_plan("tied_lm");
+  EXPECT_MFSDP_ERROR(simulate_step(plan, round_costs(), 0), ExitCode::kUsage,
+                     "at least one microbatch");
+  StepCosts costs = round_costs();
+  costs.backward_us["layers.0"] = -1;
+  EXPECT_MFSDP_ERROR(simulate_step(plan, costs, 1), ExitCode::kUsage,
+                     "the compute time of layers.0 must be a finite number >= 0");
+  costs = round_costs();
+  costs.reduce_scatter.bytes_per_us = -5;
+  EXPECT_MFSDP_ERROR(simulate_step(plan, costs, 1), ExitCode::kUsage,
+                     "reduce-scatter bandwidth must be a finite number >= 0");
+}
+
+}  // namespace
+}  // namespace mfsdp::schema

@@ -22,7 +22,7 @@ namespace {
 struct OwnPart {
   Manifest manifest;
   RankState state;
-  std::optional<std::vector<std::optional<ParamOptimizerState>>> resharded_optimizer;
+  std::vector<std::optional<ParamOptimizerState>> optimizer_states;  // per sharded parameter
   std::string resharded_from;  // describe_layout of the saved run, when resharded
 };
 
@@ -48,7 +48,7 @@ void read_resharded(Context& context, const std::string& checkpoint, OwnPart& pa
   part.state.buffers = std::move(resharded.buffers);
   part.state.rng_state = resharded.rng_state;
   part.state.device_rng_state = resharded.device_rng_state;
-  part.resharded_optimizer = std::move(resharded.optimizer);
+  part.optimizer_states = std::move(resharded.optimizer);
   part.resharded_from = describe_layout(saved.manifest.mesh, saved.manifest.plan_sha256);
 }
 
@@ -84,6 +84,12 @@ void read_own_part(Context& context, const ShardedOptimizer& optimizer,
                                std::to_string(masters.size()) + " groups); use another checkpoint");
   }
   check_buffers(context, state.buffer_names, file);
+  part.optimizer_states = read_param_states(state.optimizer, file);
+  if (part.optimizer_states.size() != masters.size()) {
+    fail(ExitCode::kUsage, file + " holds optimizer state for " +
+                               std::to_string(part.optimizer_states.size()) + " shards, not " +
+                               std::to_string(masters.size()) + "; use another checkpoint");
+  }
 }
 
 }  // namespace
@@ -108,16 +114,7 @@ TrainingState load_checkpoint(Context& context, ShardedOptimizer& optimizer,
       buffer.value.copy_(state.buffers[b++]);
     }
   }
-  if (part.resharded_optimizer) {
-    // On this run's device, as LibTorch would have made them.
-    for (auto& shard_state : *part.resharded_optimizer) {
-      if (!shard_state) continue;
-      for (auto& named : shard_state->tensors) named.second = named.second.to(context.device());
-    }
-    set_param_states(optimizer.optimizer(), std::move(*part.resharded_optimizer));
-  } else {
-    optimizer.load(part.state.optimizer);
-  }
+  set_param_states(optimizer.optimizer(), std::move(part.optimizer_states));
   {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());

@@ -120,6 +120,12 @@ void set_param_states(torch::optim::Optimizer& optimizer,
   optimizer.state().clear();
   for (size_t i = 0; i < params.size(); ++i) {
     if (!states[i]) continue;
+    for (auto& named_tensor : states[i]->tensors) {
+      at::Tensor& tensor = named_tensor.second;
+      if (tensor.defined() && tensor.device() != params[i].device()) {
+        tensor = tensor.to(params[i].device());
+      }
+    }
     std::unique_ptr<torch::optim::OptimizerParamState> state;
     switch (kind) {
       case Kind::kSgd: {
@@ -137,6 +143,52 @@ void set_param_states(torch::optim::Optimizer& optimizer,
     }
     optimizer.state()[key_of(params[i])] = std::move(state);
   }
+}
+
+std::vector<std::optional<ParamOptimizerState>> read_param_states(
+    torch::serialize::InputArchive& archive, const std::string& where) {
+  auto refuse = [&](const std::string& why) {
+    fail(ExitCode::kUsage,
+         where + ": its optimizer state cannot be read (" + why + "); use another checkpoint");
+  };
+  torch::serialize::InputArchive groups, states;
+  if (!archive.try_read("param_groups", groups) || !archive.try_read("state", states)) {
+    refuse("no param_groups or state");
+  }
+  auto count = [&](torch::serialize::InputArchive& in, const std::string& key) {
+    at::Tensor size;
+    if (!in.try_read(key, size) || size.numel() != 1) refuse("no " + key);
+    return size.item<int64_t>();
+  };
+  std::vector<std::optional<ParamOptimizerState>> out;
+  const int64_t group_count = count(groups, "param_groups/size");
+  for (int64_t g = 0; g < group_count; ++g) {
+    torch::serialize::InputArchive group;
+    if (!groups.try_read("param_groups/" + std::to_string(g), group)) {
+      refuse("no parameter group " + std::to_string(g));
+    }
+    const int64_t param_count = count(group, "params/size");
+    for (int64_t p = 0; p < param_count; ++p) {
+      c10::IValue key;
+      if (!group.try_read("params/" + std::to_string(p), key) || !key.isString()) {
+        refuse("no key for parameter " + std::to_string(p));
+      }
+      torch::serialize::InputArchive saved;
+      if (!states.try_read(key.toStringRef(), saved)) {
+        out.emplace_back();  // no state yet (before its first step)
+        continue;
+      }
+      ParamOptimizerState state;
+      c10::IValue step;
+      if (saved.try_read("step", step) && step.isInt()) state.step = step.toInt();
+      for (const char* name : {"momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}) {
+        at::Tensor tensor;
+        if (saved.try_read(name, tensor)) state.tensors.emplace_back(name, tensor);
+      }
+      out.push_back(std::move(state));
+    }
+  }
+  return out;
 }
 
 }  // namespace mfsdp::executor

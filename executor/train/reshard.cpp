@@ -58,20 +58,11 @@ OptimizerConfig optimizer_config(const Manifest& manifest) {
   return config;
 }
 
-// The optimizer state of a saved rank file, per saved shard, through a LibTorch optimizer of
-// the saved kind over the shards themselves (LibTorch maps saved state by position).
+// The optimizer state of a saved rank file, per saved shard (its position in the saved plan's
+// sharded parameters).
 std::vector<std::optional<ParamOptimizerState>> saved_optimizer_state(const SavedCheckpoint& saved,
                                                                       RankState& state) {
-  auto optimizer = make_optimizer(state.shards, optimizer_config(saved.manifest));
-  try {
-    optimizer->load(state.optimizer);
-  } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    fail(ExitCode::kUsage, saved.path + "/" + rank_file_name(state.rank) +
-                               ": its optimizer state cannot be read (" +
-                               what.substr(0, what.find('\n')) + "); use another checkpoint");
-  }
-  return param_states(*optimizer);
+  return read_param_states(state.optimizer, saved.path + "/" + rank_file_name(state.rank));
 }
 
 // Copies the state runs that shard_copies names into `out`, and checks that every saved

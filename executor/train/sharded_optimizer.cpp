@@ -1,5 +1,7 @@
 #include "executor/train/sharded_optimizer.h"
 
+#include "executor/train/optimizer_state.h"
+
 #include "schema/error.h"
 
 namespace mfsdp::executor {
@@ -62,10 +64,12 @@ void ShardedOptimizer::save(torch::serialize::OutputArchive& archive) const {
   optimizer_->save(archive);
 }
 
-void ShardedOptimizer::load(torch::serialize::InputArchive& archive) {
-  // LibTorch maps saved state to parameters by their position in the parameter groups, so
-  // the state lands on this context's master shards, in plan order.
-  optimizer_->load(archive);
+void ShardedOptimizer::load(torch::serialize::InputArchive& archive, const std::string& where) {
+  // Saved state maps to parameters by their position in the parameter groups, so it lands on
+  // this context's master shards, in plan order. Not through LibTorch's own load(), which
+  // under 2.x gives a 1.x archive's state to one parameter (it reads 1.x's hexadecimal keys as
+  // decimal numbers).
+  set_param_states(*optimizer_, read_param_states(archive, where));
 }
 
 void ShardedOptimizer::set_lr(double lr) {

@@ -41,9 +41,11 @@ class ShardedOptimizer {
   // The optimizer's per-parameter state (moments, step counts) for a checkpoint, keyed by
   // position in the context's sharded parameters. Loading needs an optimizer of the same kind
   // over a context of the same plan; the loaded state replaces this one's, hyperparameters
-  // (the learning rate included) stay as configured here.
+  // (the learning rate included) stay as configured here. Archives written under LibTorch 1.x
+  // and 2.x load alike (read_param_states); Error(kUsage) names `where` for one that does not.
   void save(torch::serialize::OutputArchive& archive) const;
-  void load(torch::serialize::InputArchive& archive);
+  void load(torch::serialize::InputArchive& archive,
+            const std::string& where = "the optimizer state");
 
  private:
   Context& context_;

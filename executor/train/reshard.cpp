@@ -62,7 +62,14 @@ OptimizerConfig optimizer_config(const Manifest& manifest) {
 // sharded parameters).
 std::vector<std::optional<ParamOptimizerState>> saved_optimizer_state(const SavedCheckpoint& saved,
                                                                       RankState& state) {
-  return read_param_states(state.optimizer, saved.path + "/" + rank_file_name(state.rank));
+  const std::string file = saved.path + "/" + rank_file_name(state.rank);
+  auto states = read_param_states(state.optimizer, file);
+  if (states.size() != state.shards.size()) {
+    fail(ExitCode::kUsage, file + " holds optimizer state for " + std::to_string(states.size()) +
+                               " shards, not " + std::to_string(state.shards.size()) +
+                               "; use another checkpoint");
+  }
+  return states;
 }
 
 // Copies the state runs that shard_copies names into `out`, and checks that every saved

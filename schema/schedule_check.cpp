@@ -4,22 +4,14 @@
 
 #include "schema/check_context.h"
 #include "schema/plan_rules.h"
+#include "schema/schedule_cursor.h"
 
 namespace mfsdp::schema::check {
 namespace {
 
 enum class State { kSharded, kGathering, kGathered };
 
-enum class Point { kPreForward, kPostForward, kPreBackward, kPostBackward, kEndOfBackward };
-
-std::optional<Point> parse_point(const std::string& name) {
-  if (name == "pre_forward") return Point::kPreForward;
-  if (name == "post_forward") return Point::kPostForward;
-  if (name == "pre_backward") return Point::kPreBackward;
-  if (name == "post_backward") return Point::kPostBackward;
-  if (name == "end_of_backward") return Point::kEndOfBackward;
-  return std::nullopt;
-}
+using schema::Point;
 
 const char* phase_of(Point point) {
   return point == Point::kPreForward || point == Point::kPostForward ? "forward" : "backward";
@@ -113,7 +105,7 @@ class ScheduleReplay {
       context_.report(path + ".phase",
                       "is " + quote(entry.phase) + ", expected 'forward' or 'backward'");
     }
-    const std::optional<Point> point = parse_point(entry.point);
+    const std::optional<Point> point = point_named(entry.point);
     if (!point) {
       context_.report(path + ".point",
                       "is " + quote(entry.point) +

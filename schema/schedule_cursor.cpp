@@ -24,18 +24,26 @@ const char* point_name(Point p) {
   return "?";
 }
 
-// The plan was validated (check_plan), so its points are the five known ones.
-Point parse_point(const std::string& point) {
-  for (Point p : {Point::kPreForward, Point::kPostForward, Point::kPreBackward,
-                  Point::kPostBackward, Point::kEndOfBackward}) {
-    if (point == point_name(p)) return p;
-  }
-  fail(ExitCode::kInternal, "schedule point '" + point + "' is none the executor knows");
-}
-
 bool is_pre(Point p) {
   return p == Point::kPreForward || p == Point::kPreBackward;
 }
+
+}  // namespace
+
+std::optional<Point> point_named(const std::string& name) {
+  for (Point p : {Point::kPreForward, Point::kPostForward, Point::kPreBackward,
+                  Point::kPostBackward, Point::kEndOfBackward}) {
+    if (name == point_name(p)) return p;
+  }
+  return std::nullopt;
+}
+
+Point parse_point(const std::string& point) {
+  if (const std::optional<Point> p = point_named(point)) return *p;
+  fail(ExitCode::kInternal, "schedule point '" + point + "' is none the executor knows");
+}
+
+namespace {
 
 std::map<std::string, int> unit_indices(const Plan& plan) {
   std::map<std::string, int> index;

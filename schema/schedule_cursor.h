@@ -7,6 +7,7 @@
 // done) and recorded as divergences. No LibTorch here: the executor follows the schedule with
 // it, and whatever predicts a plan's step replays the schedule with the same semantics.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,11 @@ namespace mfsdp::schema {
 // the first three; post_backward entries are passed on the way to the next event, and
 // end_of_backward is reached by finish().
 enum class Point { kPreForward, kPostForward, kPreBackward, kPostBackward, kEndOfBackward };
+
+// A ScheduleEntry's point by name; none for a name that is no point.
+std::optional<Point> point_named(const std::string& name);
+// The same for a validated plan (check_plan): Error(kInternal) for any other name.
+Point parse_point(const std::string& point);
 
 struct ScheduleAction {
   enum class Kind {

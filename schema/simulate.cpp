@@ -145,14 +145,6 @@ class Replay {
   std::vector<PredictedSpan> spans_;
 };
 
-Point point_of(const std::string& point) {
-  if (point == "pre_forward") return Point::kPreForward;
-  if (point == "post_forward") return Point::kPostForward;
-  if (point == "pre_backward") return Point::kPreBackward;
-  if (point == "post_backward") return Point::kPostBackward;
-  return Point::kEndOfBackward;
-}
-
 }  // namespace
 
 Prediction simulate_step(const Plan& plan, const StepCosts& costs, int64_t microbatches) {
@@ -176,7 +168,7 @@ Prediction simulate_step(const Plan& plan, const StepCosts& costs, int64_t micro
     // hears pre_forward, post_forward and pre_backward; post_backward entries are passed on
     // the way, and their units' gradients are complete there.
     for (const ScheduleEntry& entry : plan.schedule) {
-      const Point point = point_of(entry.point);
+      const Point point = parse_point(entry.point);
       if (point == Point::kEndOfBackward) break;
       const int u = index.at(*entry.unit);
       const Unit& unit = plan.units[static_cast<size_t>(u)];

@@ -1,8 +1,6 @@
 // `mfsdp run plan.json ...`: the launcher and, in each worker it starts, the training loop.
 #include "cli/run_command.h"
 
-#include <limits.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,8 +14,8 @@
 #include <sstream>
 
 #include "cli/command_line.h"
+#include "cli/rank_launch.h"
 #include "cli/whole_number.h"
-#include "executor/launch/external_launch.h"
 #include "executor/launch/launcher.h"
 #include "executor/runtime/cuda_runtime.h"
 #include "executor/train/plan_training.h"
@@ -43,16 +41,7 @@ struct RunFlags {
   std::string betas;
   double clip_grad_norm = 0;
   double collective_timeout_s = 1800;
-  // Launcher.
-  int nproc_per_node = 0;
-  int nnodes = 1;
-  int node_rank = 0;
-  std::string master_addr;
-  int master_port = -1;
-  std::string rdzv_bind;  // empty: rank 0 listens on --master-addr
-  std::string log_dir;
-  double grace_s = 10;
-  int threads = 0;  // 0: OMP_NUM_THREADS if set, else the cores shared out among the workers
+  LauncherFlags launcher;
 };
 
 const char* kExamples = R"(
@@ -103,17 +92,11 @@ struct WholeRange {
 const std::string kInt64Max = std::to_string(INT64_MAX);
 const std::string kInt32Max = std::to_string(INT32_MAX);
 
-// Every whole-number flag and the values it takes (docs/run.md#whole-number-flags). Counts of
-// steps and samples may be any positive int64; ranks, ports and threads have the bounds of
-// Gloo, NCCL, TCP and the OS; sequence lengths and traced steps are bounded so that adding one
-// window or one step to them cannot overflow.
+// Every whole-number flag but the launcher's (rank_launch.h) and the values it takes
+// (docs/run.md#whole-number-flags). Counts of steps and samples may be any positive int64;
+// sequence lengths and traced steps are bounded so that adding one window or one step to them
+// cannot overflow.
 const std::map<std::string, WholeRange> kWholeFlags = {
-    {"--nproc-per-node",
-     {1, INT32_MAX, "from 1 to " + kInt32Max + " (or left out: the plan's world size / --nnodes)"}},
-    {"--nnodes", {1, INT32_MAX, "from 1 to " + kInt32Max}},
-    {"--node-rank", {0, INT32_MAX - 1, "from 0 to --nnodes - 1"}},
-    {"--master-port", {0, 65535, "from 1 to 65535, or 0 to pick a free port"}},
-    {"--threads", {1, 65536, "from 1 to 65536"}},
     {"--seq-len", {1, INT32_MAX, "from 1 to " + kInt32Max}},
     {"--vocab-size", {1, INT64_MAX, "from 1 to " + kInt64Max}},
     {"--seed", {0, INT64_MAX, "from 0 to " + kInt64Max}},
@@ -136,12 +119,8 @@ void read_whole_numbers(RunFlags& flags, const CLI::App& cmd) {
         whole_number(flags.whole.at(flag), flag, range.min, range.max, range.words);
     field = static_cast<std::remove_reference_t<decltype(field)>>(value);
   };
+  read_launcher_flags(flags.launcher, cmd);
   executor::TrainConfig& t = flags.train;
-  read("--nproc-per-node", flags.nproc_per_node);
-  read("--nnodes", flags.nnodes);
-  read("--node-rank", flags.node_rank);
-  read("--master-port", flags.master_port);
-  read("--threads", flags.threads);
   read("--seq-len", t.data.seq_len);
   read("--vocab-size", t.vocab_size);
   read("--seed", t.data.seed);
@@ -188,14 +167,6 @@ void parse_betas(const std::string& text, executor::OptimizerConfig& optimizer) 
   optimizer.beta2 = b2;
 }
 
-std::string self_executable() {
-  char path[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n <= 0) fail(ExitCode::kInternal, "cannot find this program's path in /proc/self/exe");
-  path[n] = '\0';
-  return path;
-}
-
 // The launcher reads what it needs (mesh, training defaults, traced inputs); each worker's
 // context checks every rule before it executes the plan.
 schema::Plan load_plan(const std::string& path) {
@@ -228,18 +199,6 @@ void use_traced_input(const schema::Plan& plan, const std::string& dtype_flag,
 }
 
 // The finished training config: flags resolved against the plan.
-// OMP_NUM_THREADS as a worker found it (set by our launcher, or by the user for another
-// launcher), 0 when unset or not a positive whole number (LibTorch then chooses).
-int env_threads() {
-  const char* value = std::getenv("OMP_NUM_THREADS");
-  if (value == nullptr) return 0;
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(value, &end, 10);
-  if (end == value || *end != '\0' || errno != 0 || n < 1 || n > 65536) return 0;
-  return static_cast<int>(n);
-}
-
 executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
                               const schema::Plan& plan) {
   executor::TrainConfig config = flags.train;
@@ -301,45 +260,13 @@ executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
   }
   config.context.collective_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(flags.collective_timeout_s * 1000));
-  config.threads = flags.threads > 0 ? flags.threads : env_threads();
+  config.threads = flags.launcher.threads > 0 ? flags.launcher.threads : env_threads();
   return config;
-}
-
-// Launcher flags that no plan can make right (0 would otherwise mean "not given").
-// Whole numbers are in range already (read_whole_numbers).
-void check_launch_flags(const RunFlags& flags, const CLI::App& cmd) {
-  if (cmd.count("--master-addr") > 0 && flags.master_addr.empty()) {
-    fail(ExitCode::kUsage,
-         "--master-addr is empty; give node 0's host name or address (127.0.0.1 by default)");
-  }
-}
-
-// The cores this process may run on (its affinity mask, which containers and `taskset`
-// narrow), at least 1.
-int available_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
-}
-
-// Each worker's intra-op threads, as torchrun sizes them: --threads, else the user's
-// OMP_NUM_THREADS (inherited as it is), else the cores shared out among this node's workers,
-// so that N workers do not each start a pool as large as the machine. LibTorch reads
-// OMP_NUM_THREADS and the BLAS libraries their own variables when a worker starts.
-void set_worker_threads(const RunFlags& flags, launch::LaunchOptions& options) {
-  const char* user = std::getenv("OMP_NUM_THREADS");
-  if (flags.threads == 0 && user != nullptr && *user != '\0') return;
-  const int threads =
-      flags.threads > 0 ? flags.threads : std::max(1, available_cores() / flags.nproc_per_node);
-  for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}) {
-    options.extra_env.push_back({name, std::to_string(threads)});
-  }
 }
 
 // --device cuda: whether this node's ranks can each use a GPU, asked before any worker
 // starts, with the answer and exit code every rank would give.
-void check_gpus_here(const RunFlags& flags, int world) {
+void check_gpus_here(const LauncherFlags& flags, int world) {
   for (int local = 0; local < flags.nproc_per_node; ++local) {
     executor::LaunchEnv env;
     env.world_size = world;
@@ -360,25 +287,11 @@ void check_gpus_here(const RunFlags& flags, int world) {
 // Rank 0 writes --save-model and --trace, so only node 0 checks them; every rank appends
 // to --metrics.
 void check_outputs_writable(const executor::TrainConfig& config, int node_rank) {
-  auto check = [](const char* flag, const std::string& path) {
-    if (path.empty()) return;
-    std::filesystem::path directory = std::filesystem::path(path).parent_path();
-    if (directory.empty()) directory = ".";
-    std::error_code error;
-    if (!std::filesystem::is_directory(directory, error)) {
-      fail(ExitCode::kIo, std::string(flag) + " " + path + ": the directory " + directory.string() +
-                              " does not exist; create it first");
-    }
-    if (::access(directory.c_str(), W_OK) != 0) {
-      fail(ExitCode::kIo, std::string(flag) + " " + path + ": cannot write into " +
-                              directory.string() + " (" + std::strerror(errno) + ")");
-    }
-  };
   if (node_rank == 0) {
-    check("--save-model", config.save_model);
-    check("--trace", config.trace_path);
+    check_output_directory("--save-model", config.save_model);
+    check_output_directory("--trace", config.trace_path);
   }
-  check("--metrics", config.metrics_path);
+  check_output_directory("--metrics", config.metrics_path);
   // Every rank writes into --checkpoint-dir, which rank 0 creates with its parents: the nearest
   // part of it that exists must be a directory this user may write into.
   if (!config.checkpoint_dir.empty()) {
@@ -402,19 +315,8 @@ void check_outputs_writable(const executor::TrainConfig& config, int node_rank) 
 
 void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   read_whole_numbers(flags, cmd);
-  const auto external =
-      launch::external_worker_env(launch::current_environment(), flags.master_addr,
-                                  flags.master_port > 0 ? flags.master_port : 0);
-  if (external) {
-    // Our own workers get the launcher's arguments back, --nproc-per-node included.
-    const char* ours = std::getenv("MFSDP_RUN_WORKER");
-    if (flags.nproc_per_node != 0 && !(ours && std::string(ours) == "1")) {
-      fail(ExitCode::kUsage,
-           "this process was started as one rank by another launcher (RANK, SLURM_PROCID or "
-           "OMPI_COMM_WORLD_RANK is set), so --nproc-per-node does not apply; drop it");
-    }
-    for (const auto& [name, value] : *external) setenv(name.c_str(), value.c_str(), 1);
-    if (!flags.rdzv_bind.empty()) setenv("MFSDP_RDZV_BIND", flags.rdzv_bind.c_str(), 1);
+  LauncherFlags& launcher = flags.launcher;
+  if (join_as_rank(launcher)) {
     executor::TrainConfig config = resolve(flags, cmd, load_plan(flags.plan));
     const char* live = std::getenv("MFSDP_LIVE_PROGRESS");
     config.live_progress = live ? std::string(live) == "1" : isatty(STDOUT_FILENO) == 1;
@@ -423,60 +325,34 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   }
 
   // The launcher: check what can be checked here, so a bad flag fails once, not per rank.
-  check_launch_flags(flags, cmd);
+  check_launch_flags(launcher, cmd);
   const schema::Plan plan = load_plan(flags.plan);
   const int64_t world = plan.mesh.world_size;
-  if (flags.nproc_per_node == 0) {
-    if (world % flags.nnodes != 0) {
+  if (launcher.nproc_per_node == 0) {
+    if (world % launcher.nnodes != 0) {
       fail(ExitCode::kUsage, flags.plan + " is for " + std::to_string(world) +
-                                 " ranks, which --nnodes " + std::to_string(flags.nnodes) +
+                                 " ranks, which --nnodes " + std::to_string(launcher.nnodes) +
                                  " does not divide; pass --nproc-per-node");
     }
-    flags.nproc_per_node = static_cast<int>(world / flags.nnodes);
+    launcher.nproc_per_node = static_cast<int>(world / launcher.nnodes);
   }
-  const int64_t launched = static_cast<int64_t>(flags.nnodes) * flags.nproc_per_node;
+  const int64_t launched = static_cast<int64_t>(launcher.nnodes) * launcher.nproc_per_node;
   if (launched != world) {
     fail(ExitCode::kUsage, flags.plan + " is for " + std::to_string(world) +
-                               " ranks but --nnodes " + std::to_string(flags.nnodes) +
-                               " x --nproc-per-node " + std::to_string(flags.nproc_per_node) +
+                               " ranks but --nnodes " + std::to_string(launcher.nnodes) +
+                               " x --nproc-per-node " + std::to_string(launcher.nproc_per_node) +
                                " launches " + std::to_string(launched) +
                                "; re-plan with --world-size " + std::to_string(launched) +
                                " or launch " + std::to_string(world));
   }
   const executor::TrainConfig config = resolve(flags, cmd, plan);
   executor::check_train_config(config, static_cast<int>(world));
-  check_outputs_writable(config, flags.node_rank);
-  if (config.context.device == "cuda") check_gpus_here(flags, static_cast<int>(world));
+  check_outputs_writable(config, launcher.node_rank);
+  if (config.context.device == "cuda") check_gpus_here(launcher, static_cast<int>(world));
 
-  launch::LaunchOptions options;
-  options.argv.push_back(self_executable());
-  for (int i = 1; i < argc; ++i) options.argv.push_back(argv[i]);
-  options.nproc_per_node = flags.nproc_per_node;
-  options.nnodes = flags.nnodes;
-  options.node_rank = flags.node_rank;
-  if (!flags.master_addr.empty()) options.master_addr = flags.master_addr;
-  if (flags.master_port >= 0) options.master_port = flags.master_port;
-  options.log_dir = flags.log_dir;
-  options.grace = std::chrono::milliseconds(static_cast<int64_t>(flags.grace_s * 1000));
-  const bool live = flags.log_dir.empty() && isatty(STDOUT_FILENO) == 1;
+  launch::LaunchOptions options = rank_launch_options(launcher, argc, argv, "run");
+  const bool live = launcher.log_dir.empty() && isatty(STDOUT_FILENO) == 1;
   options.extra_env.push_back({"MFSDP_LIVE_PROGRESS", live ? "1" : "0"});
-  options.extra_env.push_back({"MFSDP_RUN_WORKER", "1"});
-  // The rendezvous secret: the user's, checked here once, else a fresh one for this run. Only a
-  // single-node launcher may make it up, since every node must hold the same one. Checked after
-  // the launcher's own flags, so that a node rank out of range is named first.
-  launch::check_options(options);
-  if (!executor::rendezvous_secret_from_environment()) {
-    if (flags.nnodes > 1) {
-      fail(ExitCode::kUsage,
-           "a run over --nnodes " + std::to_string(flags.nnodes) +
-               " needs a rendezvous secret that every node shares: export "
-               "MFSDP_RDZV_SECRET=$(openssl rand -hex 32) with the same value on each node "
-               "before mfsdp run (docs/launch.md, Security)");
-    }
-    options.extra_env.push_back({"MFSDP_RDZV_SECRET", executor::new_rendezvous_secret()});
-  }
-  if (!flags.rdzv_bind.empty()) options.extra_env.push_back({"MFSDP_RDZV_BIND", flags.rdzv_bind});
-  set_worker_threads(flags, options);
   std::cout.flush();
   std::cerr.flush();
   const int status = launch::launch(options);
@@ -504,32 +380,7 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
                   "TorchScript model (default: the plan's model.path, relative to the plan file's "
                   "directory)");
 
-  const char* launcher = "Launcher";
-  whole("--nproc-per-node",
-        "Workers to start on this node (default: the plan's world size / --nnodes)")
-      ->group(launcher);
-  whole("--nnodes", "Number of nodes (default 1)")->group(launcher);
-  whole("--node-rank", "This node's index, 0..nnodes-1 (default 0)")->group(launcher);
-  cmd->add_option("--master-addr", flags->master_addr,
-                  "Host of rank 0's rendezvous store (default 127.0.0.1)")
-      ->group(launcher);
-  whole("--master-port",
-        "Its TCP port, 1..65535 (default 29500; 0 picks a free one on a single node)")
-      ->group(launcher);
-  cmd->add_option("--rdzv-bind", flags->rdzv_bind,
-                  "Address rank 0's store listens on (default: --master-addr, so loopback on one "
-                  "node; 0.0.0.0 for every interface)")
-      ->group(launcher);
-  cmd->add_option("--log-dir", flags->log_dir,
-                  "Write each rank's output to DIR/rank-N.log instead of prefixing it")
-      ->group(launcher);
-  cmd->add_option("--grace", flags->grace_s,
-                  "Seconds workers get after SIGTERM before SIGKILL (default 10)")
-      ->group(launcher);
-  whole("--threads",
-        "Intra-op threads per worker, for LibTorch and BLAS, 1..65536 (default: OMP_NUM_THREADS "
-        "if set, else this node's cores / its workers, at least 1)")
-      ->group(launcher);
+  add_launcher_flags(*cmd, flags->launcher, "the plan's world size / --nnodes");
 
   const char* data = "Data and loss";
   cmd->add_option("--data", flags->data,

@@ -1,0 +1,159 @@
+#include "executor/comm/collective_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <numeric>
+#include <sstream>
+
+#include "executor/comm/rendezvous.h"
+#include "executor/runtime/cpu_stream.h"
+#include "schema/error.h"
+
+namespace mfsdp::executor {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One kind's stream and communicator; the communicator goes first, since the work it
+// queued runs on the stream.
+struct Lane {
+  std::string kind;
+  std::unique_ptr<Stream> stream;
+  std::unique_ptr<GlooCommunicator> comm;
+};
+
+// Issues one `kind` call over `elements` float32 per rank, as the runtime does, and waits for
+// the event recorded after it.
+void issue(Lane& lane, std::vector<float>& in, std::vector<float>& out, size_t elements) {
+  GlooCommunicator& comm = *lane.comm;
+  const size_t world = static_cast<size_t>(comm.size());
+  if (lane.kind == "all_gather") {
+    comm.all_gather(in.data(), out.data(), elements * sizeof(float), "probe all-gather");
+  } else if (lane.kind == "reduce_scatter") {
+    comm.reduce_scatter(in.data(), out.data(), elements, ReduceOp::kAvg, "probe reduce-scatter");
+  } else {
+    comm.all_reduce(in.data(), elements * world, ReduceOp::kAvg, "probe all-reduce");
+  }
+  comm.stream().record()->wait();
+}
+
+// This rank's times, one line per (kind, size), in nanoseconds.
+std::string encode(const std::vector<std::vector<int64_t>>& times) {
+  std::ostringstream text;
+  for (const auto& row : times) {
+    for (int64_t t : row) text << t << ' ';
+    text << '\n';
+  }
+  return text.str();
+}
+
+std::vector<std::vector<int64_t>> decode(const std::string& text) {
+  std::vector<std::vector<int64_t>> rows;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream values(line);
+    rows.emplace_back();
+    for (int64_t t = 0; values >> t;) rows.back().push_back(t);
+  }
+  return rows;
+}
+
+}  // namespace
+
+const std::vector<std::string>& probed_collectives() {
+  static const std::vector<std::string> kinds = {"all_gather", "reduce_scatter", "all_reduce"};
+  return kinds;
+}
+
+int64_t probe_bytes(int64_t bytes, int world_size) {
+  const int64_t per_rank = std::max<int64_t>(1, bytes / world_size / 4);
+  return per_rank * world_size * 4;
+}
+
+std::vector<CollectiveSeries> probe_collectives(Rendezvous& rendezvous,
+                                                const CollectiveProbeOptions& options) {
+  const int world = rendezvous.world_size();
+  std::vector<int> group(world);
+  std::iota(group.begin(), group.end(), 0);
+  std::vector<int64_t> sizes;
+  for (int64_t bytes : options.sizes) sizes.push_back(probe_bytes(bytes, world));
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  const size_t most = sizes.empty() ? 0 : static_cast<size_t>(sizes.back() / 4);
+
+  // Ranks given other sizes would hang or crash inside Gloo; they are refused here instead.
+  std::ostringstream plan;
+  plan << options.warmup << ' ' << options.repeats;
+  for (int64_t bytes : sizes) plan << ' ' << bytes;
+  const std::vector<std::string> plans = rendezvous.exchange("probe/plan", plan.str());
+  for (size_t rank = 0; rank < plans.size(); ++rank) {
+    if (plans[rank] != plans[0]) {
+      fail(ExitCode::kUsage, "rank " + std::to_string(rank) +
+                                 " was given other --sizes or --repeats than rank 0; start "
+                                 "every rank of mfsdp probe with the same flags");
+    }
+  }
+
+  // The runtime has a stream and a communicator per role; so has each kind here.
+  std::vector<Lane> lanes;
+  for (const std::string& kind : probed_collectives()) {
+    Lane lane{kind, make_cpu_stream("probe " + kind), nullptr};
+    lane.comm = rendezvous.gloo_communicator("probe/" + kind, group, *lane.stream, options.timeout);
+    lanes.push_back(std::move(lane));
+  }
+  // Ones: their sums and averages stay finite and exact, call after call.
+  std::vector<float> in(most, 1.0f), out(most, 1.0f);
+  std::vector<std::vector<int64_t>> times;  // per (kind, size), per timed call
+  for (Lane& lane : lanes) {
+    for (int64_t bytes : sizes) {
+      const size_t elements = static_cast<size_t>(bytes / 4 / world);
+      std::vector<int64_t>& row = times.emplace_back();
+      for (int call = 0; call < options.warmup + options.repeats; ++call) {
+        const auto start = Clock::now();
+        issue(lane, in, out, elements);
+        const auto ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+        if (call >= options.warmup) row.push_back(ns);
+      }
+    }
+  }
+  lanes.clear();
+
+  // Every rank's times, then the slowest rank's per call.
+  const std::vector<std::string> all = rendezvous.exchange("probe/collective-times", encode(times));
+  for (size_t rank = 0; rank < all.size(); ++rank) {
+    const auto theirs = decode(all[rank]);
+    for (size_t row = 0; row < times.size() && row < theirs.size(); ++row) {
+      for (size_t call = 0; call < times[row].size() && call < theirs[row].size(); ++call) {
+        times[row][call] = std::max(times[row][call], theirs[row][call]);
+      }
+    }
+  }
+  std::vector<CollectiveSeries> series;
+  size_t row = 0;
+  for (const std::string& kind : probed_collectives()) {
+    CollectiveSeries& s = series.emplace_back();
+    s.kind = kind;
+    for (int64_t bytes : sizes) {
+      CollectiveSample& sample = s.samples.emplace_back();
+      sample.bytes = bytes;
+      for (int64_t ns : times[row]) sample.us.push_back(static_cast<double>(ns) / 1000.0);
+      ++row;
+    }
+  }
+  return series;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + mid, values.end());
+  if (values.size() % 2 == 1) return values[mid];
+  const double upper = values[mid];
+  const double lower = *std::max_element(values.begin(), values.begin() + mid);
+  return (lower + upper) / 2;
+}
+
+}  // namespace mfsdp::executor

@@ -21,7 +21,7 @@
 
 namespace {
 
-const char* const kTorchCommands[] = {"plan", "run", "export", "reshard"};
+const char* const kTorchCommands[] = {"plan", "run", "probe", "export", "reshard"};
 
 // `validate --model` loads the model; `validate` alone reads only the plan.
 bool validates_against_model(int argc, char** argv) {
@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
   // Listed here for --help; parsing never reaches them (they were exec'd above).
   app.add_subcommand("plan", "Compile a TorchScript model and a sharding scope into a plan file");
   app.add_subcommand("run", "Train a model by a plan: start the ranks, or be one");
+  app.add_subcommand(
+      "probe", "Measure this machine's collectives and compute into a profile for predictions");
   app.add_subcommand("export", "Write a checkpoint's trained model as a TorchScript file");
   app.add_subcommand(
       "reshard", "Lay a checkpoint out for another plan of its model (world size, mesh, units)");

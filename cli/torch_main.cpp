@@ -5,6 +5,7 @@
 #include "cli/command_line.h"
 #include "cli/export_command.h"
 #include "cli/plan_command.h"
+#include "cli/probe_command.h"
 #include "cli/reshard_command.h"
 #include "cli/run_command.h"
 #include "cli/validate_command.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   mfsdp::cli::describe_app(app, mfsdp::cli::version_text());
   mfsdp::cli::add_plan_command(app);
   mfsdp::cli::add_run_command(app, argc, argv);
+  mfsdp::cli::add_probe_command(app, argc, argv);
   mfsdp::cli::add_validate_command(app, mfsdp::planner::check_plan_against_model);
   mfsdp::cli::add_export_command(app);
   mfsdp::cli::add_reshard_command(app);

@@ -1,0 +1,122 @@
+#include "executor/train/probe.h"
+
+#include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include "executor/comm/collective_probe.h"
+#include "executor/comm/rendezvous.h"
+#include "planner/torchscript/reference_compute.h"
+
+namespace mfsdp::executor {
+namespace {
+
+// This rank's compute figures: the reference GFLOP/s, then ns per element per optimizer.
+std::vector<double> measure_compute() {
+  std::vector<double> figures = {planner::reference_gflops("cpu")};
+  for (const std::string& optimizer : probed_optimizers()) {
+    figures.push_back(planner::optimizer_ns_per_element(optimizer, "cpu"));
+  }
+  return figures;
+}
+
+std::string encode(const std::vector<double>& values) {
+  std::ostringstream text;
+  text << std::setprecision(17);
+  for (double v : values) text << v << ' ';
+  return text.str();
+}
+
+std::vector<double> decode(const std::string& text) {
+  std::vector<double> values;
+  std::istringstream in(text);
+  for (double v = 0; in >> v;) values.push_back(v);
+  return values;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "an unnamed host";
+  return name;
+}
+
+std::string today_utc() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[16];
+  std::strftime(text, sizeof text, "%Y-%m-%d", &utc);
+  return text;
+}
+
+// "measured by mfsdp probe: 2 ranks on host, gloo on the CPU, 1 thread per rank, 2025-01-31"
+std::string describe(int world, const std::vector<std::string>& hosts, int threads) {
+  const std::set<std::string> distinct(hosts.begin(), hosts.end());
+  std::ostringstream text;
+  text << "measured by mfsdp probe: " << world << " ranks on " << hosts.front();
+  if (distinct.size() > 1) text << " and " << distinct.size() - 1 << " other host(s)";
+  text << ", gloo on the CPU, " << threads << (threads == 1 ? " thread" : " threads")
+       << " per rank, " << today_utc();
+  return text.str();
+}
+
+}  // namespace
+
+const std::vector<std::string>& probed_optimizers() {
+  static const std::vector<std::string> names = {"sgd", "adam", "adamw"};
+  return names;
+}
+
+std::optional<schema::Profile> probe(const ProbeConfig& config, const LaunchEnv& env) {
+  if (config.threads > 0) at::set_num_threads(config.threads);
+  Rendezvous rendezvous(env, config.timeout);
+  const std::vector<std::string> hosts = rendezvous.exchange("probe/hosts", host_name());
+
+  CollectiveProbeOptions options;
+  options.sizes = config.sizes;
+  options.warmup = config.warmup;
+  options.repeats = config.repeats;
+  options.timeout = config.timeout;
+  const std::vector<CollectiveSeries> series = probe_collectives(rendezvous, options);
+
+  // probe_collectives ends in an exchange, which lines the ranks up: they compute together,
+  // contending for the cores as in a step.
+  const std::vector<std::string> computed =
+      rendezvous.exchange("probe/compute", encode(measure_compute()));
+  if (rendezvous.rank() != 0) return std::nullopt;
+
+  schema::Profile profile;
+  profile.name = "probe";
+  const int threads = at::get_num_threads();
+  profile.description = describe(env.world_size, hosts, threads);
+  profile.backend = "gloo";
+  profile.device = "cpu";
+  profile.threads_per_rank = threads;
+  for (const CollectiveSeries& s : series) {
+    schema::CollectiveProfile& collective = profile.collectives.emplace_back();
+    collective.kind = s.kind;
+    collective.world_size = env.world_size;
+    for (const CollectiveSample& sample : s.samples) {
+      collective.points.push_back({sample.bytes, median(sample.us)});
+    }
+    collective.cost = schema::fit_collective(collective.points);
+  }
+  std::vector<std::vector<double>> by_figure(1 + probed_optimizers().size());
+  for (const std::string& text : computed) {
+    const std::vector<double> figures = decode(text);
+    for (size_t i = 0; i < by_figure.size() && i < figures.size(); ++i) {
+      by_figure[i].push_back(figures[i]);
+    }
+  }
+  profile.compute.reference_gflops = median(by_figure[0]);
+  for (size_t i = 0; i < probed_optimizers().size(); ++i) {
+    profile.compute.optimizer_ns_per_element[probed_optimizers()[i]] = median(by_figure[i + 1]);
+  }
+  return profile;
+}
+
+}  // namespace mfsdp::executor

@@ -1,0 +1,95 @@
+// `mfsdp probe` as a user runs it: the real binary starting two local ranks, which time the
+// executor's collectives over Gloo and write a profile that schema::parse_profile reads back.
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "schema/profile.h"
+#include "tests/cli/cli_test_support.h"
+
+namespace mfsdp::testing {
+namespace {
+
+// A free port each time, so that tests running at once do not meet on 29500.
+RunResult probe(std::vector<std::string> args) {
+  args.insert(args.begin(), {"probe", "--master-port", "0"});
+  return mfsdp(args);
+}
+
+TEST(ProbeCli, WritesAProfileOfEachCollectiveAtTheLaunchedWorldSize) {
+  const std::string path = temp_path("probe.profile.json");
+  std::filesystem::remove(path);
+  const RunResult r =
+      probe({"--nproc-per-node", "2", "--sizes", "4KiB..64KiB", "--repeats", "3", "-o", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const schema::Profile profile = schema::parse_profile(nlohmann::json::parse(read_file(path)));
+  EXPECT_EQ(profile.name, "probe");
+  EXPECT_EQ(profile.backend, "gloo");
+  EXPECT_EQ(profile.device, "cpu");
+  ASSERT_TRUE(profile.threads_per_rank.has_value());
+  EXPECT_GE(*profile.threads_per_rank, 1);
+  ASSERT_EQ(profile.collectives.size(), 3u);
+  const std::vector<std::string> kinds = {"all_gather", "reduce_scatter", "all_reduce"};
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const schema::CollectiveProfile& c = profile.collectives[i];
+    EXPECT_EQ(c.kind, kinds[i]);
+    EXPECT_EQ(c.world_size, 2);
+    EXPECT_GE(c.cost.latency_us, 0) << c.kind;
+    EXPECT_GE(c.cost.bytes_per_us, 0) << c.kind;
+    ASSERT_EQ(c.points.size(), 3u) << c.kind;
+    EXPECT_EQ(c.points[0].bytes, 4096);
+    EXPECT_EQ(c.points[1].bytes, 16384);
+    EXPECT_EQ(c.points[2].bytes, 65536);
+    for (const schema::ProfilePoint& p : c.points) EXPECT_GT(p.us, 0) << c.kind;
+  }
+  ASSERT_TRUE(profile.compute.reference_gflops.has_value());
+  EXPECT_GT(*profile.compute.reference_gflops, 0);
+  for (const char* optimizer : {"sgd", "adam", "adamw"}) {
+    ASSERT_EQ(profile.compute.optimizer_ns_per_element.count(optimizer), 1u) << optimizer;
+    EXPECT_GT(profile.compute.optimizer_ns_per_element.at(optimizer), 0) << optimizer;
+  }
+  // The launcher's summary, without the ranks' "[rank 0] " prefix.
+  EXPECT_EQ(r.out.find("[rank"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nall_gather "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("wrote " + path + "\n"), std::string::npos) << r.out;
+}
+
+TEST(ProbeCli, RejectsSizesThatGiveOnePointWithOneLineAndNoFile) {
+  const std::string path = temp_path("probe.bad-sizes.json");
+  std::filesystem::remove(path);
+  for (const std::string sizes : {"4KiB", "64KiB..4KiB", "4KB..lots"}) {
+    const RunResult r = probe({"--nproc-per-node", "2", "--sizes", sizes, "-o", path});
+    EXPECT_EQ(r.exit_code, 2) << sizes << ": " << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("--sizes '" + sizes + "'"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(path)) << sizes;
+  }
+}
+
+// Exit 5, as for mfsdp run's outputs: the profile could not be written (docs/cli.md).
+TEST(ProbeCli, RejectsAnOutputInAMissingDirectoryBeforeStartingRanks) {
+  const std::string path = temp_path("no-such-directory/profile.json");
+  const RunResult r = probe({"--nproc-per-node", "2", "-o", path});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("-o " + path + ": the directory"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("[rank"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(ProbeCli, RefusesOneRankAndTheGpuWithOneLine) {
+  const std::string path = temp_path("probe.refused.json");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--nproc-per-node", "1", "-o", path},
+        std::vector<std::string>{"--device", "cuda", "-o", path},
+        std::vector<std::string>{"--repeats", "0", "-o", path}}) {
+    const RunResult r = probe(args);
+    EXPECT_EQ(r.exit_code, 2) << args[1] << ": " << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(path));
+  }
+}
+
+}  // namespace
+}  // namespace mfsdp::testing

@@ -2,7 +2,12 @@
 // into a plan file, plus a short summary for the person who ran it.
 #include "cli/plan_command.h"
 
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -16,6 +21,7 @@
 #include "cli/whole_number.h"
 #include "planner/scope_file.h"
 #include "planner/sharding_scope.h"
+#include "planner/torchscript/reference_compute.h"
 #include "planner/trace_input.h"
 #include "schema/error.h"
 #include "schema/json_text.h"
@@ -49,10 +55,29 @@ struct PlanFlags {
   bool unified_stream = false, no_unified_stream = false;
   std::string align_bytes;
   std::vector<std::string> trace_inputs;
+  std::string trace_repeats;
+  std::string trace_threads;
   std::string training_file;
   bool quiet = false;
   bool json_summary = false;
 };
+
+// OMP_NUM_THREADS as a whole number from 1 to 65536, else 0.
+int omp_threads() {
+  const char* value = std::getenv("OMP_NUM_THREADS");
+  if (value == nullptr) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(value, &end, 10);
+  return end != value && *end == '\0' && n >= 1 && n <= 65536 ? static_cast<int>(n) : 0;
+}
+
+// The cores this process may run on.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+}
 
 const char* kExamples = R"(
 Examples:
@@ -242,6 +267,21 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   }
 
   check_mesh_and_policy(cmd, flags.scope_file, mesh, policy);
+  int64_t trace_repeats = 3;
+  if (!flags.trace_repeats.empty()) {
+    if (flags.trace_inputs.empty()) {
+      fail(ExitCode::kUsage, "--trace-repeats times the traced step; give --trace-input too");
+    }
+    trace_repeats = whole_number(flags.trace_repeats, "--trace-repeats", 1, 100, "from 1 to 100");
+  }
+  int64_t trace_threads = 0;
+  if (!flags.trace_threads.empty()) {
+    if (flags.trace_inputs.empty()) {
+      fail(ExitCode::kUsage, "--trace-threads sizes the traced step; give --trace-input too");
+    }
+    trace_threads =
+        whole_number(flags.trace_threads, "--trace-threads", 1, 65536, "from 1 to 65536");
+  }
   std::vector<planner::TraceInput> trace_inputs;
   for (const std::string& spec : flags.trace_inputs) {
     trace_inputs.push_back(planner::parse_trace_input(spec));
@@ -262,8 +302,16 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   if (!trace_inputs.empty()) {
     std::vector<std::string> unit_paths;
     for (int m : modules) unit_paths.push_back(model.ir().modules[m].path);
+    // The threads a rank of this plan gets from mfsdp run on one node, unless told.
+    const int threads =
+        trace_threads > 0 ? static_cast<int>(trace_threads)
+        : omp_threads() > 0
+            ? omp_threads()
+            : std::max<int>(
+                  1, usable_cores() / static_cast<int>(std::min<int64_t>(mesh.world_size, 65536)));
+    planner::set_compute_threads(threads);
     scope.use_trace(planner::trace_units(flags.model, unit_paths, trace_inputs, policy.param_dtype,
-                                         checkpoint));
+                                         checkpoint, static_cast<int>(trace_repeats)));
   }
   schema::Plan plan = scope.finalize();
   plan.training =
@@ -358,6 +406,16 @@ void add_plan_command(CLI::App& app) {
                   "at most 1 GiB; one per forward argument, in order) and plan the unit calls "
                   "and orders it observes; records per-unit times and activation memory")
       ->allow_extra_args(false);
+  cmd->add_option("--trace-repeats", flags->trace_repeats,
+                  "Time the traced step this many more times after the first and record the "
+                  "median unit times, for predicting the step (docs/predict.md); 1 times the "
+                  "first step itself (default 3)")
+      ->type_name("N");
+  cmd->add_option("--trace-threads", flags->trace_threads,
+                  "Intra-op threads of the traced step, so that its times are a rank's "
+                  "(default: OMP_NUM_THREADS, else the cores shared out among --world-size "
+                  "ranks, as mfsdp run does on one node)")
+      ->type_name("N");
   cmd->add_option("--training", flags->training_file,
                   "JSON file of training defaults for mfsdp run (steps, global_batch, lr, ...; "
                   "docs/plan-format.md#training), written into the plan; run's flags win")

@@ -10,12 +10,14 @@
 #include <set>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include "planner/torchscript/autograd_node.h"
 #include "planner/torchscript/host_memory.h"
 #include "planner/torchscript/instrumentation.h"
+#include "planner/torchscript/reference_compute.h"
 #include "planner/torchscript/torch_model.h"
 #include "planner/torchscript/unit_hooks.h"
 #include "schema/error.h"
@@ -108,16 +110,21 @@ class Tracer : public UnitHooks {
         checkpointed_(std::move(checkpointed)) {
     run_.forward_ms.assign(units, 0.0);
     run_.backward_ms.assign(units, 0.0);
+    run_.pre_forward_ms.assign(units, 0.0);
+    run_.post_forward_ms.assign(units, 0.0);
   }
 
   // Memory counts from here: call right before forward.
   void begin() {
     base_ = host_memory::tensor_bytes();
     host_memory::reset_peak();
+    segment_start_ = Clock::now();
   }
 
   void pre_forward(int unit) override {
+    const Clock::time_point now = Clock::now();
     std::lock_guard<std::mutex> lock(mutex_);
+    close_forward_segment(now, {true, unit});
     run_.forward.push_back({true, unit});
     boundary(run_.forward_bytes);
     open_[unit].push_back(Clock::now());
@@ -125,6 +132,7 @@ class Tracer : public UnitHooks {
   void post_forward(int unit) override {
     const Clock::time_point now = Clock::now();
     std::lock_guard<std::mutex> lock(mutex_);
+    close_forward_segment(now, {false, unit});
     run_.forward.push_back({false, unit});
     boundary(run_.forward_bytes);
     if (open_[unit].empty()) return;  // the hooks nest; a stray exit only loses a time
@@ -133,7 +141,10 @@ class Tracer : public UnitHooks {
   }
   // Forward returned; the loss follows.
   void end_forward() {
+    const Clock::time_point now = Clock::now();
     std::lock_guard<std::mutex> lock(mutex_);
+    close_forward_segment(now, {false, -1});
+    loss_start_ = now;
     close_interval();
     run_.loss_bytes = {live(), live()};
     last_ = &run_.loss_bytes;
@@ -142,6 +153,7 @@ class Tracer : public UnitHooks {
   void pre_backward(int unit) override {
     const Clock::time_point now = Clock::now();
     std::lock_guard<std::mutex> lock(mutex_);
+    if (run_.backward.empty()) run_.loss_ms = milliseconds(now - loss_start_);
     close_backward_segment(now);
     run_.backward.push_back(unit);
     free_gradients();
@@ -187,6 +199,20 @@ class Tracer : public UnitHooks {
     gradients_.age();
   }
 
+  // The forward time since the last boundary goes to that boundary's unit; the time before
+  // the first goes to the first unit's pre_forward. `next` opens the next segment.
+  void close_forward_segment(Clock::time_point now, TracedEvent next) {
+    const double ms = milliseconds(now - segment_start_);
+    if (forward_segment_.unit >= 0) {
+      (forward_segment_.enter ? run_.pre_forward_ms
+                              : run_.post_forward_ms)[forward_segment_.unit] += ms;
+    } else if (next.unit >= 0) {
+      run_.pre_forward_ms[next.unit] += ms;
+    }
+    forward_segment_ = next;
+    segment_start_ = now;
+  }
+
   void close_backward_segment(Clock::time_point now) {
     if (segment_unit_ >= 0) run_.backward_ms[segment_unit_] += milliseconds(now - segment_start_);
     segment_unit_ = -1;
@@ -197,6 +223,8 @@ class Tracer : public UnitHooks {
   std::vector<std::vector<Clock::time_point>> open_;  // per unit, its calls still running
   int segment_unit_ = -1;
   Clock::time_point segment_start_;
+  TracedEvent forward_segment_{true, -1};  // the forward boundary that opened the segment
+  Clock::time_point loss_start_;
   KeptGradients& gradients_;
   std::optional<std::string> param_dtype_;
   std::vector<bool> checkpointed_;
@@ -380,12 +408,35 @@ auto interpreted(const std::string& what, Step&& step) {
   }
 }
 
+// Each time field of `run` becomes its median over `timed` (same units, same calls).
+void take_median_times(TracedRun& run, const std::vector<TracedRun>& timed) {
+  const auto median = [&](auto field, size_t i) {
+    std::vector<double> values;
+    for (const TracedRun& t : timed) values.push_back((t.*field)[i]);
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  };
+  for (size_t u = 0; u < run.forward_ms.size(); ++u) {
+    run.forward_ms[u] = median(&TracedRun::forward_ms, u);
+    run.backward_ms[u] = median(&TracedRun::backward_ms, u);
+    run.pre_forward_ms[u] = median(&TracedRun::pre_forward_ms, u);
+    run.post_forward_ms[u] = median(&TracedRun::post_forward_ms, u);
+  }
+  std::vector<double> loss;
+  for (const TracedRun& t : timed) loss.push_back(t.loss_ms);
+  std::sort(loss.begin(), loss.end());
+  run.loss_ms = loss.size() % 2 == 1 ? loss[loss.size() / 2]
+                                     : (loss[loss.size() / 2 - 1] + loss[loss.size() / 2]) / 2;
+  run.timed_steps = static_cast<int>(timed.size());
+}
+
 }  // namespace
 
 TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
                       const std::vector<TraceInput>& inputs,
                       const std::optional<std::string>& param_dtype,
-                      const std::vector<bool>& checkpointed) {
+                      const std::vector<bool>& checkpointed, int timed_steps) {
   host_memory::install();  // before the step's tensors, so that they are counted
   torch::jit::Module model = load_module(model_path);
   check_arguments(model, model_path, inputs);
@@ -402,11 +453,9 @@ TracedRun trace_units(const std::string& model_path, const std::vector<std::stri
   }
   const std::string on = model_path + ": the traced step on --trace-input " + joined(specs, ", ");
 
-  KeptGradients gradients;
-  Tracer tracer(unit_paths.size(), gradients, param_dtype, checkpoints);
-  int64_t output_bytes = 0;
-  std::string run_loss;
-  {
+  // One step: forward, the loss and backward, heard by `tracer`.
+  const auto step = [&](Tracer& tracer, KeptGradients& gradients, int64_t& output_bytes,
+                        std::string& run_loss) {
     const InstalledHooks installed(&tracer);
     const KeepingGradients keeping(&gradients);
     const c10::AutoGradMode grad(true);
@@ -435,7 +484,13 @@ TracedRun trace_units(const std::string& model_path, const std::vector<std::stri
       return 0;
     });
     tracer.end_backward();
-  }
+  };
+
+  KeptGradients gradients;
+  Tracer tracer(unit_paths.size(), gradients, param_dtype, checkpoints);
+  int64_t output_bytes = 0;
+  std::string run_loss;
+  step(tracer, gradients, output_bytes, run_loss);
   TracedRun run = tracer.take();
   run.inputs = specs;
   run.units = unit_paths;
@@ -443,6 +498,20 @@ TracedRun trace_units(const std::string& model_path, const std::vector<std::stri
   run.batch = inputs.empty() ? 1 : inputs.front().shape.front();
   run.output_bytes = output_bytes;
   run.loss = run_loss;
+  if (timed_steps >= 2) {
+    std::vector<TracedRun> timed;
+    for (int i = 0; i < timed_steps; ++i) {
+      KeptGradients kept;
+      Tracer timer(unit_paths.size(), kept, param_dtype, checkpoints);
+      int64_t ignored_bytes = 0;
+      std::string ignored_loss;
+      step(timer, kept, ignored_bytes, ignored_loss);
+      timed.push_back(timer.take());
+    }
+    take_median_times(run, timed);
+  }
+  run.calibration_gflops = reference_gflops();
+  run.threads = at::get_num_threads();
   return run;
 }
 

@@ -55,6 +55,20 @@ struct TracedRun {
   // is not observable (the hooks are identities on its outputs).
   std::vector<double> forward_ms;
   std::vector<double> backward_ms;
+  // Forward split at the boundaries: Σ over its calls of the time from its pre_forward
+  // (post_forward) to the next forward boundary of any unit or forward's end. The model's code
+  // before the first boundary counts as the first unit's pre_forward time, so the splits sum
+  // to the whole forward. loss_ms: forward's end to the first pre_backward.
+  std::vector<double> pre_forward_ms;
+  std::vector<double> post_forward_ms;
+  double loss_ms = 0;
+  // The steps the times are each field's median of: the first step alone when 1 (it also
+  // measured the memory), else that many steps run after the first.
+  int timed_steps = 1;
+  // planner::reference_gflops() right after the steps, in this process: what calibrates the
+  // times to another machine (docs/predict.md).
+  double calibration_gflops = 0;
+  int threads = 1;  // LibTorch's intra-op threads while it ran
   // Memory, for `batch` samples (the first input's first dimension). forward_bytes and
   // backward_bytes parallel `forward` and `backward`, loss_bytes is forward's return; each
   // boundary's peak is the most alive until the next boundary (the last pre_backward's: until
@@ -88,9 +102,12 @@ struct TracedRun {
 // mixed precision does, so that the activations are measured in the dtype they will have.
 // Units with `checkpointed[i]` run under activation checkpointing, as in the run, so the
 // memory measured is what they keep and what their recompute in backward needs.
+// `timed_steps` >= 2 runs that many more steps after the first (same inputs, fresh hooks,
+// no memory counted) and takes the times from them, so that the first step's one-off costs
+// (allocations, first-call dispatch) stay out. Then it measures calibration_gflops.
 TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
                       const std::vector<TraceInput>& inputs,
                       const std::optional<std::string>& param_dtype = std::nullopt,
-                      const std::vector<bool>& checkpointed = {});
+                      const std::vector<bool>& checkpointed = {}, int timed_steps = 1);
 
 }  // namespace mfsdp::planner

@@ -314,9 +314,23 @@ schema::Trace trace_section(const PlanIR& ir, const std::vector<int64_t>& static
   if (count != static_count) trace.differs_from_static.push_back("units.call_count");
   if (ir.forward_order != static_forward) trace.differs_from_static.push_back("forward_order");
   if (ir.backward_order != static_backward) trace.differs_from_static.push_back("backward_order");
+  const auto fine = [](double ms) { return std::max(0.0, std::round(ms * 1000.0) / 1000.0); };
   for (int u : ir.forward_order) {
-    trace.times.push_back(
-        {ir.units[u].name, rounded_ms(run.forward_ms[u]), rounded_ms(run.backward_ms[u])});
+    schema::UnitTime time;
+    time.unit = ir.units[u].name;
+    time.forward_ms = rounded_ms(run.forward_ms[u]);
+    time.backward_ms = rounded_ms(run.backward_ms[u]);
+    if (static_cast<size_t>(u) < run.pre_forward_ms.size()) {
+      time.pre_forward_ms = fine(run.pre_forward_ms[u]);
+      time.post_forward_ms = fine(run.post_forward_ms[u]);
+    }
+    trace.times.push_back(time);
+  }
+  trace.loss_ms = fine(run.loss_ms);
+  trace.timed_steps = run.timed_steps;
+  trace.threads = run.threads;
+  if (run.calibration_gflops > 0) {
+    trace.calibration_gflops = std::round(run.calibration_gflops * 10.0) / 10.0;
   }
   return trace;
 }

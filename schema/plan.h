@@ -184,6 +184,10 @@ struct UnitTime {
   std::string unit;
   double forward_ms = 0;   // Σ over its calls: pre_forward to post_forward (nested units included)
   double backward_ms = 0;  // Σ over its calls: its pre_backward to the next unit's, or to the end
+  // Forward split at the unit boundaries (docs/plan-format.md#trace), Σ over its calls: from
+  // its pre_forward (post_forward) to the next pre_forward or post_forward of any unit, or to
+  // forward's end. Traces older than these fields have neither.
+  std::optional<double> pre_forward_ms, post_forward_ms;
 };
 
 // What `mfsdp plan --trace-input` observed. Plans made without it have none, and their bytes are
@@ -194,6 +198,15 @@ struct Trace {
   // the static estimate; the plan holds the traced values either way.
   std::vector<std::string> differs_from_static;
   std::vector<UnitTime> times;  // every unit of forward_order, in that order
+  // What predicting a step needs beside the unit times (docs/predict.md); older traces lack
+  // them. loss_ms: from forward's end to the first pre_backward. timed_steps: the traced steps
+  // the times are the median of (the first only warms up when there are more).
+  // calibration_gflops: the reference matmul's throughput where the trace ran
+  // (planner/torchscript/reference_compute.h).
+  std::optional<double> loss_ms;
+  std::optional<int64_t> timed_steps;
+  std::optional<int64_t> threads;  // the intra-op threads the traced steps ran with
+  std::optional<double> calibration_gflops;
 };
 
 // Training defaults for `mfsdp run`, written by `mfsdp plan --training FILE` (or a scope file's

@@ -1,6 +1,7 @@
 #include "schema/plan_check.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -175,6 +176,42 @@ void check_diagnostics(Context& context) {
 
 namespace {
 
+// The times that predict a step: finite and >= 0, the forward split given for every unit or
+// for none, a calibration above 0 and at least one timed step.
+void check_trace_timing(Context& context, const Trace& trace) {
+  const auto time = [&](const std::string& path, double ms) {
+    if (!(ms >= 0) || !std::isfinite(ms)) context.report(path, "must be a finite number >= 0");
+  };
+  size_t split = 0;
+  for (size_t i = 0; i < trace.times.size(); ++i) {
+    const UnitTime& t = trace.times[i];
+    time(at("trace.times", i) + ".forward_ms", t.forward_ms);
+    time(at("trace.times", i) + ".backward_ms", t.backward_ms);
+    if (t.pre_forward_ms.has_value() != t.post_forward_ms.has_value()) {
+      context.report(at("trace.times", i),
+                     "has one of pre_forward_ms and post_forward_ms; give both");
+    }
+    if (t.pre_forward_ms) time(at("trace.times", i) + ".pre_forward_ms", *t.pre_forward_ms);
+    if (t.post_forward_ms) time(at("trace.times", i) + ".post_forward_ms", *t.post_forward_ms);
+    if (t.pre_forward_ms) ++split;
+  }
+  if (split != 0 && split != trace.times.size()) {
+    context.report("trace.times", "splits forward for " + std::to_string(split) + " of " +
+                                      std::to_string(trace.times.size()) +
+                                      " units; pre_forward_ms and post_forward_ms are for every "
+                                      "unit or none");
+  }
+  if (trace.loss_ms) time("trace.loss_ms", *trace.loss_ms);
+  if (trace.timed_steps && *trace.timed_steps < 1) {
+    context.report("trace.timed_steps", "must be at least 1");
+  }
+  if (trace.threads && *trace.threads < 1) context.report("trace.threads", "must be at least 1");
+  if (trace.calibration_gflops &&
+      (!(*trace.calibration_gflops > 0) || !std::isfinite(*trace.calibration_gflops))) {
+    context.report("trace.calibration_gflops", "must be a finite number > 0");
+  }
+}
+
 // The trace section: its times cover forward_order exactly, in order, and it names only the
 // fields a trace can change.
 void check_trace(Context& context) {
@@ -220,6 +257,7 @@ void check_trace(Context& context) {
     context.report("trace.times", "misses " + quote(order[trace.times.size()]) +
                                       " and every later unit of forward_order");
   }
+  check_trace_timing(context, trace);
 }
 
 }  // namespace

@@ -166,6 +166,16 @@ bool first_difference(const ordered_json& a, const ordered_json& b, const std::s
   return true;
 }
 
+// A trace's measured figures for the whole step (the units' are in its times).
+ordered_json measured_step_json(const Trace& trace) {
+  ordered_json j = ordered_json::object();
+  if (trace.loss_ms) j["loss_ms"] = *trace.loss_ms;
+  if (trace.timed_steps) j["timed_steps"] = *trace.timed_steps;
+  if (trace.threads) j["threads"] = *trace.threads;
+  if (trace.calibration_gflops) j["calibration_gflops"] = *trace.calibration_gflops;
+  return j;
+}
+
 class Differ {
  public:
   Differ(const Plan& old_plan, const Plan& new_plan, const DiffOptions& options)
@@ -849,8 +859,17 @@ class Differ {
       ordered_json j = ordered_json::object();
       j["forward_ms"] = time.forward_ms;
       j["backward_ms"] = time.backward_ms;
+      if (time.pre_forward_ms) j["pre_forward_ms"] = *time.pre_forward_ms;
+      if (time.post_forward_ms) j["post_forward_ms"] = *time.post_forward_ms;
       return j.dump();
     };
+    // The step's measured figures beside the units' (docs/plan-format.md#trace).
+    const auto step_text = [](const std::optional<Trace>& trace) -> std::string {
+      if (!trace) return "null";
+      const ordered_json j = measured_step_json(*trace);
+      return j.empty() ? "null" : j.dump();
+    };
+    field("trace.times.step", step_text(old_.trace), step_text(new_.trace));
     std::map<std::string, std::string> old_times;  // by the unit's name in the new plan
     if (old_.trace) {
       for (const UnitTime& time : old_.trace->times) old_times[mapped(time.unit)] = time_text(time);
@@ -881,6 +900,10 @@ class Differ {
       unit.erase("unsharded_bytes");
       unit.erase("sharded_bytes");
       for (auto& group : unit["groups"]) group.erase("shard_numel");
+    }
+    if (options_.ignores("trace.times") && doc.contains("trace")) {
+      const ordered_json measured = measured_step_json(*plan.trace);
+      for (auto it = measured.begin(); it != measured.end(); ++it) doc["trace"].erase(it.key());
     }
     for (const std::string& name : diff_field_names()) {
       if (!options_.ignores(name)) continue;

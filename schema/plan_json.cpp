@@ -197,6 +197,8 @@ ordered_json to_json(const UnitTime& time) {
   j["unit"] = time.unit;
   j["forward_ms"] = time.forward_ms;
   j["backward_ms"] = time.backward_ms;
+  if (time.pre_forward_ms) j["pre_forward_ms"] = *time.pre_forward_ms;
+  if (time.post_forward_ms) j["post_forward_ms"] = *time.post_forward_ms;
   return j;
 }
 
@@ -205,6 +207,10 @@ ordered_json to_json(const Trace& trace) {
   j["inputs"] = trace.inputs;
   j["differs_from_static"] = trace.differs_from_static;
   j["times"] = array_of(trace.times);
+  if (trace.loss_ms) j["loss_ms"] = *trace.loss_ms;
+  if (trace.timed_steps) j["timed_steps"] = *trace.timed_steps;
+  if (trace.threads) j["threads"] = *trace.threads;
+  if (trace.calibration_gflops) j["calibration_gflops"] = *trace.calibration_gflops;
   return j;
 }
 

@@ -348,6 +348,8 @@ class Reader {
     fields.get("unit", out.unit);
     fields.get("forward_ms", out.forward_ms);
     fields.get("backward_ms", out.backward_ms);
+    fields.get_optional("pre_forward_ms", out.pre_forward_ms);
+    fields.get_optional("post_forward_ms", out.post_forward_ms);
     fields.finish();
   }
 
@@ -356,6 +358,10 @@ class Reader {
     fields.get("inputs", out.inputs);
     fields.get("differs_from_static", out.differs_from_static);
     fields.get("times", out.times);
+    fields.get_optional("loss_ms", out.loss_ms);
+    fields.get_optional("timed_steps", out.timed_steps);
+    fields.get_optional("threads", out.threads);
+    fields.get_optional("calibration_gflops", out.calibration_gflops);
     fields.finish();
   }
 

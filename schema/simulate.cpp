@@ -29,11 +29,28 @@ void check_costs(const StepCosts& costs) {
     check_cost(c.latency_us, std::string(name) + " latency");
     check_cost(c.bytes_per_us, std::string(name) + " bandwidth");
   }
-  for (const auto* per_unit : {&costs.forward_us, &costs.backward_us}) {
+  for (const auto* per_unit :
+       {&costs.forward_us, &costs.post_forward_us, &costs.backward_us, &costs.recompute_us}) {
     for (const auto& [unit, us] : *per_unit) check_cost(us, "the compute time of " + unit);
   }
   check_cost(costs.loss_us, "the loss's compute time");
   check_cost(costs.optimizer_us, "the optimizer's compute time");
+}
+
+// A span's name, as a run's --trace names it.
+std::string label(const std::string& kind, const std::string& unit) {
+  static const std::map<std::string, std::string> kWords = {
+      {"forward", "forward "},
+      {"after_forward", "after "},
+      {"recompute", "recompute forward "},
+      {"backward", "backward "},
+      {"all_gather", "all-gather of "},
+      {"wait_all_gather", "wait for all-gather of "},
+      {"reduce_scatter", "reduce-scatter of "},
+      {"all_reduce", "all-reduce across replicas of "},
+      {"wait_reduce_scatters", "wait for reduce-scatters"}};
+  const auto it = kWords.find(kind);
+  return it == kWords.end() ? kind : it->second + unit;
 }
 
 double cost_of(const std::map<std::string, double>& per_unit, const std::string& unit) {
@@ -69,13 +86,12 @@ class Replay {
       switch (a.kind) {
         case ScheduleAction::Kind::kAllGather: {
           const int64_t bytes = plan_.units[static_cast<size_t>(a.unit)].unsharded_bytes;
-          gathered_[static_cast<size_t>(a.unit)] =
-              issue(gather_clock(), gather_track(), "all-gather of " + name,
-                    costs_.all_gather.time_us(bytes));
+          gathered_[static_cast<size_t>(a.unit)] = issue(
+              gather_clock(), gather_track(), "all_gather", name, costs_.all_gather.time_us(bytes));
           break;
         }
         case ScheduleAction::Kind::kWait:
-          wait_until(gathered_[static_cast<size_t>(a.unit)], "wait for all-gather of " + name);
+          wait_until(gathered_[static_cast<size_t>(a.unit)], "wait_all_gather", name);
           break;
         case ScheduleAction::Kind::kReshard:
           break;  // the slot's next all-gather is issued after compute's work so far anyway
@@ -83,9 +99,9 @@ class Replay {
     }
   }
 
-  void compute(double us, const std::string& what) {
+  void compute(double us, const std::string& kind, const std::string& unit = "") {
     if (us <= 0) return;
-    spans_.push_back({"compute", what, now_, now_ + us});
+    spans_.push_back({"compute", label(kind, unit), now_, now_ + us, kind, unit});
     now_ += us;
     compute_us_ += us;
   }
@@ -95,15 +111,20 @@ class Replay {
   void reduce(int unit, bool last_microbatch) {
     const std::string& name = plan_.units[static_cast<size_t>(unit)].name;
     const size_t u = static_cast<size_t>(unit);
-    issue(reduce_clock(), reduce_track(), "reduce-scatter of " + name,
+    issue(reduce_clock(), reduce_track(), "reduce_scatter", name,
           costs_.reduce_scatter.time_us(reduce_bytes_[u]));
     if (last_microbatch && replica_bytes_[u] > 0) {
-      issue(reduce_clock(), reduce_track(), "all-reduce across replicas of " + name,
+      issue(reduce_clock(), reduce_track(), "all_reduce", name,
             costs_.all_reduce.time_us(replica_bytes_[u]));
     }
   }
 
-  void wait_for_reductions() { wait_until(reduce_clock(), "wait for reduce-scatters"); }
+  double now() const { return now_; }
+  void window(const std::string& unit, const std::string& phase, double start) {
+    windows_.push_back({unit, phase, start, now_});
+  }
+
+  void wait_for_reductions() { wait_until(reduce_clock(), "wait_reduce_scatters", ""); }
 
   Prediction result() {
     Prediction p;
@@ -111,6 +132,7 @@ class Replay {
     p.compute_us = compute_us_;
     p.exposed_comm_us = exposed_us_;
     p.timeline = std::move(spans_);
+    p.windows = std::move(windows_);
     return p;
   }
 
@@ -121,16 +143,17 @@ class Replay {
   const char* reduce_track() const { return unified_ ? "unified" : "reduce_scatter"; }
 
   // A collective starts once compute has issued everything before it and its stream is free.
-  double issue(double& stream, const char* track, const std::string& what, double us) {
+  double issue(double& stream, const char* track, const std::string& kind, const std::string& unit,
+               double us) {
     const double start = std::max(stream, now_);
     stream = start + us;
-    spans_.push_back({track, what, start, stream});
+    spans_.push_back({track, label(kind, unit), start, stream, kind, unit});
     return stream;
   }
 
-  void wait_until(double ready, const std::string& what) {
+  void wait_until(double ready, const std::string& kind, const std::string& unit) {
     if (ready <= now_) return;
-    spans_.push_back({"compute", what, now_, ready});
+    spans_.push_back({"compute", label(kind, unit), now_, ready, kind, unit});
     exposed_us_ += ready - now_;
     now_ = ready;
   }
@@ -143,6 +166,7 @@ class Replay {
   double now_ = 0, gather_ = 0, reduce_ = 0;
   double compute_us_ = 0, exposed_us_ = 0;
   std::vector<PredictedSpan> spans_;
+  std::vector<UnitWindow> windows_;
 };
 
 }  // namespace
@@ -164,6 +188,8 @@ Prediction simulate_step(const Plan& plan, const StepCosts& costs, int64_t micro
     cursor.restart();
     order.restart();
     bool in_backward = false;
+    std::vector<std::vector<double>> forward_open(plan.units.size());
+    std::vector<double> backward_open(plan.units.size(), 0.0);
     // The run the plan describes: its entries are the events, in its order. The executor
     // hears pre_forward, post_forward and pre_backward; post_backward entries are passed on
     // the way, and their units' gradients are complete there.
@@ -180,22 +206,35 @@ Prediction simulate_step(const Plan& plan, const StepCosts& costs, int64_t micro
       switch (point) {
         case Point::kPreForward:
           replay.perform(cursor.on_event(point, u));
-          replay.compute(cost_of(costs.forward_us, unit.name) / calls, "forward " + unit.name);
+          forward_open[static_cast<size_t>(u)].push_back(replay.now());
+          replay.compute(cost_of(costs.forward_us, unit.name) / calls, "forward", unit.name);
           break;
         case Point::kPostForward:
+          if (!forward_open[static_cast<size_t>(u)].empty()) {
+            replay.window(unit.name, "forward", forward_open[static_cast<size_t>(u)].back());
+            forward_open[static_cast<size_t>(u)].pop_back();
+          }
           replay.perform(cursor.on_event(point, u));
+          replay.compute(cost_of(costs.post_forward_us, unit.name) / calls, "after_forward",
+                         unit.name);
           break;
         case Point::kPreBackward:
           replay.perform(cursor.on_event(point, u));
+          backward_open[static_cast<size_t>(u)] = replay.now();
           if (unit.checkpoint) {
-            replay.compute(cost_of(costs.forward_us, unit.name) / calls,
-                           "recompute forward " + unit.name);
+            const auto listed = costs.recompute_us.find(unit.name);
+            replay.compute(
+                (listed != costs.recompute_us.end() ? listed->second
+                                                    : cost_of(costs.forward_us, unit.name)) /
+                    calls,
+                "recompute", unit.name);
           }
-          replay.compute(cost_of(costs.backward_us, unit.name) / calls, "backward " + unit.name);
+          replay.compute(cost_of(costs.backward_us, unit.name) / calls, "backward", unit.name);
           break;
         default:  // post_backward: after its last call's (call 0), the unit's gradients
                   // are complete
           if (entry.call == 0) {
+            replay.window(unit.name, "backward", backward_open[static_cast<size_t>(u)]);
             for (int w : order.ready(u)) replay.reduce(w, last);
           }
           break;

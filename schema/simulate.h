@@ -33,18 +33,37 @@ struct CollectiveCost {
 
 struct StepCosts {
   CollectiveCost all_gather, reduce_scatter, all_reduce;
-  // Compute per unit, all its calls in one microbatch together (a trace's forward_ms and
-  // backward_ms): from the unit's pre_forward (pre_backward) to the next unit's. A unit not
-  // listed costs nothing. A checkpointed unit's forward is paid again in backward.
-  std::map<std::string, double> forward_us, backward_us;
+  // Compute per unit, all its calls in one microbatch together, each from a boundary of the
+  // unit to the next boundary of any unit (a trace's pre_forward_ms, post_forward_ms and
+  // backward_ms): forward_us after its pre_forward (its own code before a nested unit, or all
+  // of it), post_forward_us after its post_forward (its enclosing unit's code that follows),
+  // backward_us after its pre_backward. A unit not listed costs nothing. A checkpointed unit
+  // runs its whole forward again in backward, before its backward_us: recompute_us (a trace's
+  // forward_ms, nested units included), or forward_us when it is not listed.
+  std::map<std::string, double> forward_us, post_forward_us, backward_us, recompute_us;
   double loss_us = 0;       // between the end of forward and the first pre_backward
   double optimizer_us = 0;  // after the last microbatch
 };
 
-// A span of the predicted timeline: "compute", "all_gather" or "reduce_scatter" (the stream's
-// name under unified_stream: "unified").
+// A span of the predicted timeline on a track: "compute", "all_gather" or "reduce_scatter"
+// (the stream's name under unified_stream: "unified"). `kind` is what it is: "forward",
+// "after_forward" (after a unit's post_forward), "recompute", "backward", "loss",
+// "optimizer", "all_gather", "reduce_scatter", "all_reduce" (across replicas),
+// "wait_all_gather" or "wait_reduce_scatters" (compute waiting); `unit` is the unit's name
+// ("" for the loss, the optimizer and the wait for the reduce-scatters); `name` says it in
+// words, as a run's --trace names its spans ("forward layers.0", "wait for all-gather of
+// layers.1").
 struct PredictedSpan {
   std::string track, name;
+  double start_us = 0, end_us = 0;
+  std::string kind, unit;
+};
+
+// When compute ran a unit as a run's --trace draws it: "forward" from the end of its
+// pre_forward's wait to its post_forward (nested units included), "backward" from the end of
+// its last pre_backward's wait to its gradients being complete. One per call and microbatch.
+struct UnitWindow {
+  std::string unit, phase;
   double start_us = 0, end_us = 0;
 };
 
@@ -53,6 +72,7 @@ struct Prediction {
   double compute_us = 0;       // compute's own work (forward, loss, backward, optimizer)
   double exposed_comm_us = 0;  // compute waiting for collectives
   std::vector<PredictedSpan> timeline;
+  std::vector<UnitWindow> windows;
 };
 
 // One optimizer step of `microbatches` microbatches by `plan` (checked by check_plan).

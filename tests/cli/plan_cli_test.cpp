@@ -475,7 +475,7 @@ TEST(PlanCli, DiffIgnoresTraceTimesUnlessIncluded) {
   const auto doc = nlohmann::json::parse(timed.out);
   EXPECT_EQ(doc["ignored"], (std::vector<std::string>{"generator", "model.path", "model.sha256"}));
   for (const auto& field : doc["fields"]) {
-    EXPECT_EQ(field["field"].get<std::string>().rfind("trace.times[", 0), 0u) << field;
+    EXPECT_EQ(field["field"].get<std::string>().rfind("trace.times", 0), 0u) << field;
   }
 
   const std::string untraced = temp_path("untraced.plan.json");

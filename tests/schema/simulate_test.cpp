@@ -91,6 +91,39 @@ TEST(Simulate, OneMicrobatchFollowsTheScheduleAsWorkedOutByHand) {
                                         {"", "wait for reduce-scatters", 210, 240}});
 }
 
+// The root's code after the last block (the head) runs after post_forward layers.1, 80-88, so
+// everything after it moves by 8: step 248. A unit's forward window runs from the end of
+// its wait to its post_forward, nested units included (<root> 10-88), its backward window
+// from its pre_backward's end of wait to its gradients being complete (<root>: 88-218).
+TEST(Simulate, PostForwardTimeRunsAfterTheUnitAndWindowsSpanNestedUnits) {
+  StepCosts costs = round_costs();
+  costs.post_forward_us = {{"layers.1", 8}};
+  const Prediction p = simulate_step(golden_plan("tied_lm"), costs, 1);
+  EXPECT_DOUBLE_EQ(p.step_us, 248);
+  EXPECT_DOUBLE_EQ(p.compute_us, 198);
+  const auto compute = on_track(p, "compute");
+  ASSERT_GE(compute.size(), 4u);
+  EXPECT_EQ(compute[3].name, "forward layers.0");
+  EXPECT_EQ(compute[5].name, "after layers.1");
+  EXPECT_DOUBLE_EQ(compute[5].start, 80);
+  EXPECT_DOUBLE_EQ(compute[5].end, 88);
+  const auto window = [&](const std::string& unit, const std::string& phase) {
+    for (const UnitWindow& w : p.windows) {
+      if (w.unit == unit && w.phase == phase)
+        return std::pair<double, double>{w.start_us, w.end_us};
+    }
+    ADD_FAILURE() << "no " << phase << " window of " << unit;
+    return std::pair<double, double>{};
+  };
+  EXPECT_EQ(window("<root>", "forward"), (std::pair<double, double>{10, 88}));
+  EXPECT_EQ(window("layers.0", "forward"), (std::pair<double, double>{20, 50}));
+  EXPECT_EQ(window("layers.1", "forward"), (std::pair<double, double>{50, 80}));
+  EXPECT_EQ(window("layers.1", "backward"), (std::pair<double, double>{98, 158}));
+  EXPECT_EQ(window("layers.0", "backward"), (std::pair<double, double>{158, 218}));
+  EXPECT_EQ(window("<root>", "backward"), (std::pair<double, double>{88, 218}));
+  EXPECT_EQ(p.windows.size(), 6u);
+}
+
 // Two microbatches: the first ends at 210 without waiting for its reduce-scatters (they run
 // until 240 under the second's forward), and the second, shifted by 210 from the first
 // except where the streams are still busy, ends as the first did: 450 us, 70 of them waiting.

@@ -1,0 +1,129 @@
+#include "schema/cost_model.h"
+
+#include <cctype>
+#include <cmath>
+#include <sstream>
+
+#include "schema/error.h"
+
+namespace mfsdp::schema {
+namespace {
+
+std::string number_text(double value) {
+  std::ostringstream out;
+  out.precision(3);
+  out << value;
+  return out.str();
+}
+
+}  // namespace
+
+int64_t traced_batch(const Trace& trace) {
+  if (trace.inputs.empty()) return 1;
+  const std::string& spec = trace.inputs.front();
+  int64_t batch = 0;
+  for (const char c : spec) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) break;
+    if (batch > (int64_t{1} << 40)) return 1;
+    batch = batch * 10 + (c - '0');
+  }
+  return batch >= 1 ? batch : 1;
+}
+
+CostModel step_costs(const Plan& plan, const Profile& profile, const PredictOptions& options) {
+  if (!plan.trace) {
+    fail(ExitCode::kUsage,
+         "the plan has no trace: predicting a step's time needs the unit times that `mfsdp plan "
+         "--trace-input SHAPE` measures (docs/predict.md); its memory is in the plan already");
+  }
+  const Trace& trace = *plan.trace;
+  for (const UnitTime& t : trace.times) {
+    if (!t.pre_forward_ms || !t.post_forward_ms) {
+      fail(ExitCode::kUsage, "the plan's trace has no forward split (pre_forward_ms of " + t.unit +
+                                 "): it was made by an older mfsdp; re-plan with --trace-input");
+    }
+  }
+  if (options.compute_scale &&
+      !(*options.compute_scale > 0 && std::isfinite(*options.compute_scale))) {
+    fail(ExitCode::kUsage,
+         "--compute-scale must be a number > 0, not " + number_text(*options.compute_scale));
+  }
+  if (options.microbatch_samples && *options.microbatch_samples < 1) {
+    fail(ExitCode::kUsage, "a microbatch has at least one sample, not " +
+                               std::to_string(*options.microbatch_samples));
+  }
+  if (options.optimizer != "sgd" && options.optimizer != "adam" && options.optimizer != "adamw") {
+    fail(ExitCode::kUsage, "optimizer '" + options.optimizer + "' is not sgd, adam or adamw");
+  }
+
+  CostModel model;
+  model.traced_batch = traced_batch(trace);
+  model.microbatch_samples = options.microbatch_samples.value_or(model.traced_batch);
+  if (options.compute_scale) {
+    model.calibration = *options.compute_scale;
+    model.notes.push_back("compute: the trace's times x " + number_text(model.calibration) +
+                          " (--compute-scale)");
+  } else if (trace.calibration_gflops && profile.compute.reference_gflops) {
+    model.calibration = *trace.calibration_gflops / *profile.compute.reference_gflops;
+    model.notes.push_back("compute: the trace's times x " + number_text(model.calibration) +
+                          " (reference matmul " + number_text(*trace.calibration_gflops) +
+                          " GFLOP/s where traced, " +
+                          number_text(*profile.compute.reference_gflops) + " on the ranks)");
+  } else {
+    model.notes.push_back(std::string("compute: the trace's times as measured, since ") +
+                          (trace.calibration_gflops
+                               ? "profile '" + profile.name + "' has no reference_gflops"
+                               : "the trace has no calibration_gflops") +
+                          "; give --compute-scale for another device");
+  }
+  model.compute_scale = model.calibration * static_cast<double>(model.microbatch_samples) /
+                        static_cast<double>(model.traced_batch);
+  if (model.microbatch_samples != model.traced_batch) {
+    model.notes.push_back("compute: scaled linearly from the traced batch of " +
+                          std::to_string(model.traced_batch) + " to microbatches of " +
+                          std::to_string(model.microbatch_samples));
+  }
+
+  StepCosts& costs = model.costs;
+  const double us = 1000 * model.compute_scale;
+  for (const UnitTime& t : trace.times) {
+    costs.forward_us[t.unit] = *t.pre_forward_ms * us;
+    costs.post_forward_us[t.unit] = *t.post_forward_ms * us;
+    costs.backward_us[t.unit] = t.backward_ms * us;
+    costs.recompute_us[t.unit] = t.forward_ms * us;
+  }
+  if (trace.loss_ms) {
+    costs.loss_us = *trace.loss_ms * us;
+  } else {
+    model.notes.push_back("compute: the loss is not counted (the trace has no loss_ms)");
+  }
+
+  std::string note;
+  costs.all_gather = collective_cost(profile, "all_gather", plan.mesh.shard_size, &note);
+  if (!note.empty()) model.notes.push_back(note);
+  note.clear();
+  costs.reduce_scatter = collective_cost(profile, "reduce_scatter", plan.mesh.shard_size, &note);
+  if (!note.empty()) model.notes.push_back(note);
+  note.clear();
+  if (plan.mesh.replicate_size > 1) {
+    costs.all_reduce = collective_cost(profile, "all_reduce", plan.mesh.replicate_size, &note);
+    if (!note.empty()) model.notes.push_back(note);
+  }
+
+  int64_t elements = 0;  // the optimizer's per rank: every trainable group's shard
+  for (const Unit& unit : plan.units) {
+    for (const Group& group : unit.groups) {
+      if (group.requires_grad) elements += group.shard_numel;
+    }
+  }
+  const auto per = profile.compute.optimizer_ns_per_element.find(options.optimizer);
+  if (per == profile.compute.optimizer_ns_per_element.end()) {
+    model.notes.push_back("optimizer: not counted (profile '" + profile.name + "' has no " +
+                          options.optimizer + " time per element)");
+  } else {
+    costs.optimizer_us = per->second * static_cast<double>(elements) / 1000;
+  }
+  return model;
+}
+
+}  // namespace mfsdp::schema

@@ -1,0 +1,371 @@
+#include "schema/profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "schema/error.h"
+#include "schema/json_text.h"
+
+namespace mfsdp::schema {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+const char* const kKinds[] = {"all_gather", "reduce_scatter", "all_reduce"};
+
+bool known_kind(const std::string& kind) {
+  return std::find(std::begin(kKinds), std::end(kKinds), kind) != std::end(kKinds);
+}
+
+[[noreturn]] void bad(const std::string& where, const std::string& what) {
+  fail(ExitCode::kUsage, "profile: " + where + ": " + what);
+}
+
+// A JSON object read field by field; finish() refuses fields nobody asked for.
+class Fields {
+ public:
+  Fields(const json& value, std::string where) : value_(value), where_(std::move(where)) {
+    if (!value.is_object()) bad(where_, "must be an object");
+  }
+
+  const json* find(const std::string& key) {
+    seen_.insert(key);
+    const auto it = value_.find(key);
+    return it == value_.end() ? nullptr : &*it;
+  }
+  const json& need(const std::string& key) {
+    const json* v = find(key);
+    if (v == nullptr) bad(at(key), "is missing");
+    return *v;
+  }
+  std::string text(const std::string& key) {
+    const json& v = need(key);
+    if (!v.is_string()) bad(at(key), "must be a string");
+    return v.get<std::string>();
+  }
+  double number(const json& v, const std::string& where) {
+    if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>())) {
+      bad(where, "must be a finite number >= 0");
+    }
+    return v.get<double>();
+  }
+  double number(const std::string& key) { return number(need(key), at(key)); }
+  int64_t whole(const std::string& key, int64_t minimum) {
+    const json& v = need(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < minimum) {
+      bad(at(key), "must be a whole number >= " + std::to_string(minimum));
+    }
+    return v.get<int64_t>();
+  }
+  std::string at(const std::string& key) const { return where_.empty() ? key : where_ + "." + key; }
+
+  void finish() const {
+    for (auto it = value_.begin(); it != value_.end(); ++it) {
+      if (!seen_.count(it.key())) bad(at(it.key()), "is not a profile field");
+    }
+  }
+
+ private:
+  const json& value_;
+  std::string where_;
+  std::set<std::string> seen_;
+};
+
+CollectiveProfile read_collective(const json& value, const std::string& where) {
+  Fields f(value, where);
+  CollectiveProfile c;
+  c.kind = f.text("kind");
+  if (!known_kind(c.kind)) {
+    bad(f.at("kind"), "'" + c.kind + "' is not all_gather, reduce_scatter or all_reduce");
+  }
+  c.world_size = f.whole("world_size", 2);
+  c.cost.latency_us = f.number("latency_us");
+  c.cost.bytes_per_us = f.number("bytes_per_us");
+  if (const json* points = f.find("points")) {
+    if (!points->is_array()) bad(f.at("points"), "must be an array");
+    for (size_t i = 0; i < points->size(); ++i) {
+      const std::string at = f.at("points") + "[" + std::to_string(i) + "]";
+      Fields p((*points)[i], at);
+      ProfilePoint point;
+      point.bytes = p.whole("bytes", 1);
+      point.us = p.number("us");
+      p.finish();
+      c.points.push_back(point);
+    }
+  }
+  f.finish();
+  return c;
+}
+
+ComputeProfile read_compute(const json& value) {
+  Fields f(value, "compute");
+  ComputeProfile c;
+  if (const json* gflops = f.find("reference_gflops")) {
+    c.reference_gflops = f.number(*gflops, f.at("reference_gflops"));
+    if (*c.reference_gflops <= 0) bad(f.at("reference_gflops"), "must be > 0");
+  }
+  if (const json* per = f.find("optimizer_ns_per_element")) {
+    Fields optimizers(*per, f.at("optimizer_ns_per_element"));
+    for (const char* name : {"sgd", "adam", "adamw"}) {
+      if (const json* ns = optimizers.find(name)) {
+        c.optimizer_ns_per_element[name] = optimizers.number(*ns, optimizers.at(name));
+      }
+    }
+    optimizers.finish();
+  }
+  f.finish();
+  return c;
+}
+
+// The ring model's factors for a group of `n` ranks: hops a message takes, and the share of
+// the unsharded bytes each rank moves (all-reduce: twice the all-gather's, in both).
+double hops(int64_t n) {
+  return static_cast<double>(n - 1);
+}
+double share(int64_t n) {
+  return static_cast<double>(n - 1) / static_cast<double>(n);
+}
+
+// ----- built-in profiles: every number derived in docs/predict.md#built-in-profiles -----
+
+constexpr double kGBps = 1e3;  // bytes per µs in a GB/s (10^9 bytes per second)
+
+// An NCCL ring over `world` GPUs whose every link carries `bus_gbps` (nccl-tests' "bus
+// bandwidth"), with `latency_us` for a small message.
+CollectiveProfile ring(const std::string& kind, int64_t world, double bus_gbps, double latency_us) {
+  CollectiveProfile c;
+  c.kind = kind;
+  c.world_size = world;
+  c.cost.latency_us = latency_us;
+  const double factor = kind == "all_reduce" ? 2 * share(world) : share(world);
+  c.cost.bytes_per_us = bus_gbps * kGBps / factor;
+  return c;
+}
+
+// The optimizer streams its tensors once per step: ns per element at `efficiency` of the
+// memory bandwidth. AdamW and Adam read the parameter, gradient and both moments and write
+// three (28 bytes); SGD with momentum reads three and writes two (20 bytes).
+std::map<std::string, double> optimizer_from_bandwidth(double memory_gbps, double efficiency) {
+  const double bytes_per_ns = memory_gbps * efficiency;
+  return {{"sgd", 20 / bytes_per_ns}, {"adam", 28 / bytes_per_ns}, {"adamw", 28 / bytes_per_ns}};
+}
+
+Profile nvlink_node(const std::string& name, const std::string& gpu, double memory_gbps) {
+  Profile p;
+  p.name = name;
+  p.description = "8x " + gpu +
+                  " in one node over NVLink 4 / NVSwitch (450 GB/s each way per GPU), NCCL: bus "
+                  "bandwidth 360 GB/s (80% of the link), latency 15 us (all-reduce 20 us); "
+                  "published figures, not a measurement: calibrate with mfsdp probe";
+  p.backend = "nccl";
+  p.device = gpu;
+  for (int64_t world : {2, 4, 8}) {
+    p.collectives.push_back(ring("all_gather", world, 360, 15));
+    p.collectives.push_back(ring("reduce_scatter", world, 360, 15));
+    p.collectives.push_back(ring("all_reduce", world, 360, 20));
+  }
+  p.compute.optimizer_ns_per_element = optimizer_from_bandwidth(memory_gbps, 0.5);
+  return p;
+}
+
+Profile infiniband_400() {
+  Profile p;
+  p.name = "ib-400g";
+  p.description =
+      "GPUs on several nodes, one 400 Gb/s InfiniBand NDR port per GPU (50 GB/s each way), "
+      "NCCL rings whose hops cross the network: bus bandwidth 40 GB/s (80% of the port), "
+      "latency 30 us at 16 ranks growing with the hops; published figures, not a "
+      "measurement: calibrate with mfsdp probe";
+  p.backend = "nccl";
+  p.device = "NVIDIA H100";
+  for (int64_t world : {16, 32, 64}) {
+    const double latency = 2.0 * hops(world);  // 2 us a hop: 30 us at 16
+    p.collectives.push_back(ring("all_gather", world, 40, latency));
+    p.collectives.push_back(ring("reduce_scatter", world, 40, latency));
+    p.collectives.push_back(ring("all_reduce", world, 40, 2 * latency));
+  }
+  p.compute.optimizer_ns_per_element = optimizer_from_bandwidth(3350, 0.5);
+  return p;
+}
+
+}  // namespace
+
+CollectiveCost fit_collective(const std::vector<ProfilePoint>& points) {
+  std::set<int64_t> sizes;
+  for (const ProfilePoint& p : points) {
+    if (p.bytes < 1 || !(p.us > 0) || !std::isfinite(p.us)) {
+      fail(ExitCode::kUsage, "a profile point needs bytes >= 1 and a time > 0");
+    }
+    sizes.insert(p.bytes);
+  }
+  if (sizes.size() < 2) {
+    fail(ExitCode::kUsage, "fitting a collective's cost needs two or more sizes, not " +
+                               std::to_string(sizes.size()));
+  }
+  // Weighted normal equations of t = a + b x, weight 1/t^2.
+  double sw = 0, sx = 0, sxx = 0, st = 0, sxt = 0;
+  for (const ProfilePoint& p : points) {
+    const double w = 1 / (p.us * p.us), x = static_cast<double>(p.bytes);
+    sw += w;
+    sx += w * x;
+    sxx += w * x * x;
+    st += w * p.us;
+    sxt += w * x * p.us;
+  }
+  const double det = sw * sxx - sx * sx;
+  double a = (sxx * st - sx * sxt) / det;
+  double b = (sw * sxt - sx * st) / det;
+  if (a < 0) {  // through the origin
+    a = 0;
+    b = sxt / sxx;
+  }
+  CollectiveCost cost;
+  if (b <= 0) {  // no size effect: the weighted mean time, no bandwidth term
+    cost.latency_us = st / sw;
+    return cost;
+  }
+  cost.latency_us = a;
+  cost.bytes_per_us = 1 / b;
+  return cost;
+}
+
+CollectiveCost collective_cost(const Profile& profile, const std::string& kind, int64_t world_size,
+                               std::string* note) {
+  if (world_size <= 1) return {};
+  const CollectiveProfile* nearest = nullptr;
+  double distance = 0;
+  for (const CollectiveProfile& c : profile.collectives) {
+    if (c.kind != kind) continue;
+    const double d = std::abs(std::log(static_cast<double>(c.world_size) / world_size));
+    // The nearest by ratio; between two as near, the larger (more hops measured).
+    if (nearest == nullptr || d < distance ||
+        (d == distance && c.world_size > nearest->world_size)) {
+      nearest = &c;
+      distance = d;
+    }
+  }
+  if (nearest == nullptr) {
+    fail(ExitCode::kUsage, "profile '" + profile.name + "' has no " + kind +
+                               "; probe it with mfsdp probe (docs/predict.md#profiles)");
+  }
+  if (nearest->world_size == world_size) return nearest->cost;
+  const int64_t from = nearest->world_size;
+  CollectiveCost cost;
+  cost.latency_us = nearest->cost.latency_us * hops(world_size) / hops(from);
+  cost.bytes_per_us = nearest->cost.bytes_per_us * share(from) / share(world_size);
+  if (note != nullptr) {
+    *note = kind + " over " + std::to_string(world_size) + " ranks scaled by the ring model from " +
+            std::to_string(from) + " measured in profile '" + profile.name + "'";
+  }
+  return cost;
+}
+
+ordered_json profile_to_json(const Profile& profile) {
+  ordered_json j = ordered_json::object();
+  j["schema"] = profile.schema;
+  j["name"] = profile.name;
+  j["description"] = profile.description;
+  j["backend"] = profile.backend;
+  j["device"] = profile.device;
+  if (profile.threads_per_rank) j["threads_per_rank"] = *profile.threads_per_rank;
+  ordered_json collectives = ordered_json::array();
+  for (const CollectiveProfile& c : profile.collectives) {
+    ordered_json e = ordered_json::object();
+    e["kind"] = c.kind;
+    e["world_size"] = c.world_size;
+    e["latency_us"] = c.cost.latency_us;
+    e["bytes_per_us"] = c.cost.bytes_per_us;
+    if (!c.points.empty()) {
+      ordered_json points = ordered_json::array();
+      for (const ProfilePoint& p : c.points) points.push_back({{"bytes", p.bytes}, {"us", p.us}});
+      e["points"] = points;
+    }
+    collectives.push_back(e);
+  }
+  j["collectives"] = collectives;
+  ordered_json compute = ordered_json::object();
+  if (profile.compute.reference_gflops) {
+    compute["reference_gflops"] = *profile.compute.reference_gflops;
+  }
+  if (!profile.compute.optimizer_ns_per_element.empty()) {
+    ordered_json per = ordered_json::object();
+    for (const auto& [name, ns] : profile.compute.optimizer_ns_per_element) per[name] = ns;
+    compute["optimizer_ns_per_element"] = per;
+  }
+  j["compute"] = compute;
+  return j;
+}
+
+std::string profile_text(const Profile& profile) {
+  return profile_to_json(profile).dump(2) + "\n";
+}
+
+Profile parse_profile(const json& doc) {
+  Fields f(doc, "");
+  Profile p;
+  p.schema = f.text("schema");
+  if (p.schema != kProfileSchemaVersion) {
+    bad("schema", "'" + p.schema + "' is not " + kProfileSchemaVersion +
+                      "; this mfsdp reads that version only");
+  }
+  p.name = f.text("name");
+  p.description = f.text("description");
+  p.backend = f.text("backend");
+  p.device = f.text("device");
+  if (f.find("threads_per_rank") != nullptr) p.threads_per_rank = f.whole("threads_per_rank", 1);
+  const json& collectives = f.need("collectives");
+  if (!collectives.is_array()) bad("collectives", "must be an array");
+  std::set<std::pair<std::string, int64_t>> seen;
+  for (size_t i = 0; i < collectives.size(); ++i) {
+    const std::string at = "collectives[" + std::to_string(i) + "]";
+    CollectiveProfile c = read_collective(collectives[i], at);
+    if (!seen.emplace(c.kind, c.world_size).second) {
+      bad(at, "a second " + c.kind + " at world size " + std::to_string(c.world_size));
+    }
+    p.collectives.push_back(std::move(c));
+  }
+  if (const json* compute = f.find("compute")) p.compute = read_compute(*compute);
+  f.finish();
+  return p;
+}
+
+std::vector<std::string> builtin_profile_names() {
+  return {"h100-nvlink", "h200-nvlink", "ib-400g"};
+}
+
+std::optional<Profile> builtin_profile(const std::string& name) {
+  if (name == "h100-nvlink") return nvlink_node(name, "NVIDIA H100 SXM", 3350);
+  if (name == "h200-nvlink") return nvlink_node(name, "NVIDIA H200 SXM", 4800);
+  if (name == "ib-400g") return infiniband_400();
+  return std::nullopt;
+}
+
+Profile load_profile(const std::string& file_or_name) {
+  if (std::optional<Profile> builtin = builtin_profile(file_or_name)) return *builtin;
+  std::ifstream in(file_or_name, std::ios::binary);
+  if (!in) {
+    std::string names;
+    for (const std::string& n : builtin_profile_names()) names += (names.empty() ? "" : ", ") + n;
+    fail(ExitCode::kUsage, "--profile " + file_or_name +
+                               ": neither a profile file nor a built-in profile (" + names +
+                               "); make one with mfsdp probe");
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  json doc;
+  const std::string error = parse_json_text(text.str(), doc);
+  if (!error.empty()) fail(ExitCode::kUsage, file_or_name + ": not valid JSON: " + error);
+  try {
+    return parse_profile(doc);
+  } catch (const Error& e) {
+    fail(e.code(), file_or_name + ": " + e.what());
+  }
+}
+
+}  // namespace mfsdp::schema

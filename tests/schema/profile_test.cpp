@@ -1,0 +1,147 @@
+#include "schema/profile.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "schema/error.h"
+#include "tests/planner/test_support.h"  // EXPECT_MFSDP_ERROR
+
+namespace mfsdp::schema {
+namespace {
+
+TEST(ProfileFit, RecoversTheLatencyAndBandwidthOfExactPoints) {
+  // t = 50 us + bytes / 1000 bytes per us, at 1 KiB .. 1 MiB.
+  std::vector<ProfilePoint> points;
+  for (int64_t bytes = 1024; bytes <= (1 << 20); bytes *= 4) {
+    points.push_back({bytes, 50 + static_cast<double>(bytes) / 1000});
+  }
+  const CollectiveCost c = fit_collective(points);
+  EXPECT_NEAR(c.latency_us, 50, 1e-6);
+  EXPECT_NEAR(c.bytes_per_us, 1000, 1e-6);
+  EXPECT_NEAR(c.time_us(1 << 20), 50 + 1048.576, 1e-6);
+}
+
+TEST(ProfileFit, ANegativeLatencyBecomesZeroWithTheBandwidthRefittedThroughTheOrigin) {
+  // t = -5 + x / 100 through (1000, 5) and (2000, 15). Through the origin with weights 1/t^2:
+  // b = (1000*5/25 + 2000*15/225) / (1000^2/25 + 2000^2/225) = 333.33 / 57777.8.
+  const CollectiveCost c = fit_collective({{1000, 5}, {2000, 15}});
+  EXPECT_EQ(c.latency_us, 0);
+  EXPECT_NEAR(c.bytes_per_us, 57777.777777 / 333.333333, 1e-3);
+}
+
+TEST(ProfileFit, TimesThatDoNotGrowWithSizeFitALatencyAlone) {
+  const CollectiveCost c = fit_collective({{1000, 20}, {4000, 20}, {16000, 19}});
+  EXPECT_EQ(c.bytes_per_us, 0);
+  EXPECT_GT(c.latency_us, 19);
+  EXPECT_LT(c.latency_us, 20);
+}
+
+TEST(ProfileFit, NeedsTwoSizesAndPositiveTimes) {
+  EXPECT_MFSDP_ERROR(fit_collective({{1000, 5}, {1000, 6}}), ExitCode::kUsage, "two or more sizes");
+  EXPECT_MFSDP_ERROR(fit_collective({{1000, 5}, {2000, 0}}), ExitCode::kUsage, "time > 0");
+}
+
+Profile two_sizes() {
+  Profile p;
+  p.name = "test";
+  p.backend = "gloo";
+  p.device = "cpu";
+  p.collectives.push_back({"all_gather", 2, {100, 1000}, {}});
+  p.collectives.push_back({"all_gather", 8, {700, 4000}, {}});
+  p.collectives.push_back({"reduce_scatter", 2, {30, 500}, {{1024, 32}, {4096, 38}}});
+  return p;
+}
+
+TEST(ProfileCost, UsesAMeasuredWorldSizeAsIs) {
+  std::string note;
+  const CollectiveCost c = collective_cost(two_sizes(), "all_gather", 8, &note);
+  EXPECT_EQ(c.latency_us, 700);
+  EXPECT_EQ(c.bytes_per_us, 4000);
+  EXPECT_EQ(note, "");
+}
+
+TEST(ProfileCost, ScalesAnotherWorldSizeByTheRingModel) {
+  std::string note;
+  // From 2 to 3: latency per hop 30 us x 2 hops; each rank moves 2/3 of the bytes instead
+  // of 1/2 over the same links, so 500 x (1/2) / (2/3) bytes per us.
+  const CollectiveCost c = collective_cost(two_sizes(), "reduce_scatter", 3, &note);
+  EXPECT_DOUBLE_EQ(c.latency_us, 60);
+  EXPECT_DOUBLE_EQ(c.bytes_per_us, 375);
+  EXPECT_NE(note.find("ring model from 2"), std::string::npos) << note;
+  // 4 is as far from 2 as from 8 (a factor 2): the larger is taken, 7 hops of 100 us.
+  const CollectiveCost g = collective_cost(two_sizes(), "all_gather", 4, &note);
+  EXPECT_DOUBLE_EQ(g.latency_us, 300);
+  EXPECT_DOUBLE_EQ(g.bytes_per_us, 4000 * (7.0 / 8) / (3.0 / 4));
+}
+
+TEST(ProfileCost, OneRankCostsNothingAndAMissingKindIsNamed) {
+  const CollectiveCost none = collective_cost(two_sizes(), "all_reduce", 1);
+  EXPECT_EQ(none.time_us(1 << 30), 0);
+  EXPECT_MFSDP_ERROR(collective_cost(two_sizes(), "all_reduce", 2), ExitCode::kUsage,
+                     "profile 'test' has no all_reduce");
+}
+
+TEST(ProfileJson, RoundTripsEveryField) {
+  Profile p = two_sizes();
+  p.description = "two sizes";
+  p.threads_per_rank = 1;
+  p.compute.reference_gflops = 85.5;
+  p.compute.optimizer_ns_per_element = {{"adamw", 3.25}, {"sgd", 1.5}};
+  const Profile back = parse_profile(nlohmann::json::parse(profile_text(p)));
+  EXPECT_EQ(profile_text(back), profile_text(p));
+  EXPECT_EQ(back.collectives[2].points.size(), 2u);
+  EXPECT_EQ(*back.compute.reference_gflops, 85.5);
+  EXPECT_EQ(back.compute.optimizer_ns_per_element.at("adamw"), 3.25);
+}
+
+TEST(ProfileJson, RefusesWhatItDoesNotKnowNamingTheField) {
+  nlohmann::json doc = nlohmann::json::parse(profile_text(two_sizes()));
+  nlohmann::json extra = doc;
+  extra["collectives"][1]["latency"] = 3;
+  EXPECT_MFSDP_ERROR(parse_profile(extra), ExitCode::kUsage,
+                     "collectives[1].latency: is not a profile field");
+  nlohmann::json negative = doc;
+  negative["collectives"][0]["bytes_per_us"] = -1;
+  EXPECT_MFSDP_ERROR(parse_profile(negative), ExitCode::kUsage,
+                     "collectives[0].bytes_per_us: must be a finite number >= 0");
+  nlohmann::json twice = doc;
+  twice["collectives"][1]["world_size"] = 2;
+  EXPECT_MFSDP_ERROR(parse_profile(twice), ExitCode::kUsage, "a second all_gather at world size 2");
+  nlohmann::json version = doc;
+  version["schema"] = "mfsdp.profile/2";
+  EXPECT_MFSDP_ERROR(parse_profile(version), ExitCode::kUsage, "reads that version only");
+  nlohmann::json kind = doc;
+  kind["collectives"][0]["kind"] = "broadcast";
+  EXPECT_MFSDP_ERROR(parse_profile(kind), ExitCode::kUsage, "'broadcast' is not all_gather");
+}
+
+TEST(ProfileBuiltin, EveryNameLoadsAndStatesItsSource) {
+  for (const std::string& name : builtin_profile_names()) {
+    const Profile p = load_profile(name);
+    EXPECT_EQ(p.name, name);
+    EXPECT_NE(p.description.find("calibrate with mfsdp probe"), std::string::npos) << name;
+    // Every kind is there, and survives its own format.
+    for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"}) {
+      EXPECT_GT(collective_cost(p, kind, 8).bytes_per_us, 0) << name << " " << kind;
+    }
+    EXPECT_EQ(profile_text(parse_profile(nlohmann::json::parse(profile_text(p)))), profile_text(p));
+  }
+  // An 8-GPU NVLink all-gather of 1 GiB: each GPU receives 7/8 of it at 360 GB/s of bus
+  // bandwidth, 2.61 ms, plus 15 us.
+  const CollectiveCost h100 = collective_cost(load_profile("h100-nvlink"), "all_gather", 8);
+  EXPECT_NEAR(h100.time_us(int64_t{1} << 30), 15 + (1 << 30) * (7.0 / 8) / 360e3, 1e-6);
+}
+
+TEST(ProfileBuiltin, AnUnknownNameOrFileSaysWhatExists) {
+  EXPECT_MFSDP_ERROR(load_profile("/nonexistent/p.json"), ExitCode::kUsage,
+                     "neither a profile file nor a built-in profile (h100-nvlink, h200-nvlink, "
+                     "ib-400g)");
+}
+
+}  // namespace
+}  // namespace mfsdp::schema

@@ -3,13 +3,17 @@
 // validate reports it.
 #include "cli/show_command.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/plan_report.h"
+#include "cli/predict_report.h"
 #include "cli/validate_command.h"
+#include "cli/whole_number.h"
 #include "schema/error.h"
 
 namespace mfsdp::cli {
@@ -18,6 +22,9 @@ namespace {
 struct ShowFlags {
   std::string plan;
   std::string format = "text";
+  bool predict = false;
+  PredictRequest request;
+  std::string microbatches, microbatch_size, compute_scale, optimizer;
 };
 
 const char* kExamples = R"(
@@ -31,10 +38,63 @@ Examples:
   # The unit tree (solid edges) with the forward order (dashed) as a picture:
   mfsdp show gpt.plan.json --format dot | dot -Tsvg -o gpt.plan.svg
 
+  # Predict a step on a machine profiled by `mfsdp probe` (the plan needs --trace-input):
+  mfsdp show gpt.plan.json --predict --profile probe.json --microbatches 4
+  # ... on an 8x H100 NVLink node, the trace's CPU times scaled by a measured ratio:
+  mfsdp show gpt.plan.json --predict --profile h100-nvlink --compute-scale 0.02
+  # ... and compare with what a run measured (per-unit errors from its --trace):
+  mfsdp show gpt.plan.json --predict --profile probe.json --metrics m.jsonl --run-trace t.json
+
 A plan with problems is not shown: its problems go to stderr as 'FILE: json.path: what is
 wrong' (as in 'mfsdp validate') and the exit status is 1.
 Exit codes: 0 shown, 1 the plan is invalid, 2 bad flags or not a plan file.
 )";
+
+void show_prediction(const schema::Plan& plan, const ShowFlags& flags) {
+  PredictRequest request = flags.request;
+  if (!flags.microbatches.empty()) {
+    request.microbatches =
+        whole_number(flags.microbatches, "--microbatches", 1, 1 << 20, "from 1 to 1048576");
+  }
+  if (!flags.microbatch_size.empty()) {
+    request.microbatch_size = whole_number(flags.microbatch_size, "--microbatch-size", 1,
+                                           int64_t{1} << 30, "from 1 to 1073741824");
+  }
+  if (!flags.compute_scale.empty()) {
+    char* end = nullptr;
+    const double scale = std::strtod(flags.compute_scale.c_str(), &end);
+    if (end == flags.compute_scale.c_str() || *end != '\0' || !(scale > 0) ||
+        !std::isfinite(scale)) {
+      fail(ExitCode::kUsage,
+           "--compute-scale " + flags.compute_scale + " is not a number > 0 (e.g. 0.5)");
+    }
+    request.compute_scale = scale;
+  }
+  if (!flags.optimizer.empty()) request.optimizer = flags.optimizer;
+  const PlanPrediction prediction = predict_plan(plan, request);
+  if (flags.format == "json") {
+    std::cout << prediction_json(prediction).dump(2) << "\n";
+  } else {
+    std::cout << render_prediction_text(prediction, flags.plan);
+  }
+}
+
+void check_predict_flags(const CLI::App& cmd, const ShowFlags& flags) {
+  for (const char* flag : {"--profile", "--microbatches", "--microbatch-size", "--compute-scale",
+                           "--optimizer", "--metrics", "--run-trace"}) {
+    if (!flags.predict && cmd.count(flag) > 0) {
+      fail(ExitCode::kUsage, std::string(flag) + " is for --predict; add --predict");
+    }
+  }
+  if (flags.predict && flags.request.profile.empty()) {
+    fail(ExitCode::kUsage,
+         "--predict needs --profile FILE|NAME: a file from mfsdp probe, or a built-in "
+         "(h100-nvlink, h200-nvlink, ib-400g; docs/predict.md#profiles)");
+  }
+  if (flags.predict && flags.format == "dot") {
+    fail(ExitCode::kUsage, "--predict prints text or json, not dot");
+  }
+}
 
 void run_show(const ShowFlags& flags) {
   const CheckedPlan checked = read_checked_plan(flags.plan);
@@ -46,6 +106,10 @@ void run_show(const ShowFlags& flags) {
     fail(ExitCode::kFindings, flags.plan + " is invalid: " + std::to_string(n) +
                                   (n == 1 ? " problem" : " problems") +
                                   "; show needs a valid plan (see mfsdp validate)");
+  }
+  if (flags.predict) {
+    show_prediction(checked.plan, flags);
+    return;
   }
   if (flags.format == "json") {
     std::cout << plan_report_json(checked.plan, flags.plan)
@@ -69,7 +133,36 @@ void add_show_command(CLI::App& app) {
   cmd->add_option("--format", flags->format,
                   "text (default: for a terminal), json (for tools) or dot (Graphviz unit tree)")
       ->check(CLI::IsMember({"text", "json", "dot"}));
-  cmd->callback([flags] { run_show(*flags); });
+  cmd->add_flag("--predict", flags->predict,
+                "Predict the plan's training step on a profiled machine instead "
+                "(docs/predict.md); needs --profile and a plan made with --trace-input");
+  cmd->add_option("--profile", flags->request.profile,
+                  "Machine profile: a file from mfsdp probe, or h100-nvlink, h200-nvlink, ib-400g")
+      ->type_name("FILE|NAME");
+  cmd->add_option("--microbatches", flags->microbatches,
+                  "Microbatches per step (default: the plan's training defaults, else 1)")
+      ->type_name("N");
+  cmd->add_option("--microbatch-size", flags->microbatch_size,
+                  "Samples per microbatch per rank (default: the plan's global batch split over "
+                  "ranks and microbatches, else the traced batch)")
+      ->type_name("N");
+  cmd->add_option("--compute-scale", flags->compute_scale,
+                  "Multiply the trace's compute times by this (default: the trace's reference "
+                  "matmul rate over the profile's)")
+      ->type_name("R");
+  cmd->add_option("--optimizer", flags->optimizer,
+                  "Optimizer whose step to count (default: the plan's, else adamw)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  cmd->add_option("--metrics", flags->request.metrics_path,
+                  "A run's --metrics file: report the measured step and the error")
+      ->type_name("FILE");
+  cmd->add_option("--run-trace", flags->request.run_trace_path,
+                  "A run's --trace file: report measured per-unit times beside the predicted")
+      ->type_name("FILE");
+  cmd->callback([cmd, flags] {
+    check_predict_flags(*cmd, *flags);
+    run_show(*flags);
+  });
 }
 
 }  // namespace mfsdp::cli

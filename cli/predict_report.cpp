@@ -204,7 +204,9 @@ std::string render_prediction_text(const PlanPrediction& p, const std::string& p
       << " of " << p.model.microbatch_samples << " sample"
       << (p.model.microbatch_samples == 1 ? "" : "s") << " per rank, " << p.optimizer << "\n";
   out << "step          " << ms(r.step_us / 1000) << " ms = compute " << ms(r.compute_us / 1000)
-      << " + exposed communication " << ms(r.exposed_comm_us / 1000) << " ms\n";
+      << " + exposed communication " << ms(r.exposed_comm_us / 1000);
+  if (r.contention_us > 0) out << " + contention " << ms(r.contention_us / 1000);
+  out << " ms\n";
   const std::map<std::string, double> by = compute_by_kind(r);
   const auto part = [&](const char* kind) {
     const auto it = by.find(kind);
@@ -222,7 +224,7 @@ std::string render_prediction_text(const PlanPrediction& p, const std::string& p
   std::stable_sort(waits.begin(), waits.end(), [](const auto* a, const auto* b) {
     return a->end_us - a->start_us > b->end_us - b->start_us;
   });
-  out << "critical path compute " << ms(r.compute_us / 1000) << " ms";
+  out << "critical path compute " << ms((r.compute_us + r.contention_us) / 1000) << " ms";
   if (waits.empty()) {
     out << ", no wait: every collective is hidden\n";
   } else {
@@ -289,6 +291,7 @@ ordered_json prediction_json(const PlanPrediction& p) {
   j["step_ms"] = r.step_us / 1000;
   j["compute_ms"] = r.compute_us / 1000;
   j["exposed_comm_ms"] = r.exposed_comm_us / 1000;
+  j["contention_ms"] = r.contention_us / 1000;
   ordered_json compute = ordered_json::object();
   for (const auto& [kind, t] : compute_by_kind(r)) compute[kind] = t;
   j["compute_by_kind_ms"] = compute;

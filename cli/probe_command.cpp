@@ -160,6 +160,11 @@ void print_summary(const schema::Profile& profile, const std::string& output, st
     }
     out << " ns/element";
   }
+  if (compute.contention) {
+    out << "; contention " << fixed(*compute.contention, 2)
+        << " (compute beside a collective runs at " << fixed(100 / (1 + *compute.contention), 0)
+        << " % speed)";
+  }
   out << "\nwrote " << output << "\n";
 }
 

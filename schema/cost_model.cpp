@@ -110,6 +110,15 @@ CostModel step_costs(const Plan& plan, const Profile& profile, const PredictOpti
     if (!note.empty()) model.notes.push_back(note);
   }
 
+  if (profile.compute.contention) {
+    costs.contention = *profile.compute.contention;
+    if (costs.contention > 0) {
+      model.notes.push_back("compute: slowed to 1 / (1 + " + number_text(costs.contention) +
+                            " x n) of its speed while n collectives run beside it (profile '" +
+                            profile.name + "')");
+    }
+  }
+
   int64_t elements = 0;  // the optimizer's per rank: every trainable group's shard
   for (const Unit& unit : plan.units) {
     for (const Group& group : unit.groups) {

@@ -42,6 +42,10 @@ struct ComputeProfile {
   std::optional<double> reference_gflops;
   // One optimizer step over a flat float32 shard, per element: "sgd", "adam", "adamw".
   std::map<std::string, double> optimizer_ns_per_element;
+  // How much a collective running beside compute slows it: compute progresses at
+  // 1 / (1 + contention) of its speed while one runs (0: not at all; 1: it loses the
+  // collective's whole time, as when loopback TCP and compute share saturated cores).
+  std::optional<double> contention;
 };
 
 struct Profile {

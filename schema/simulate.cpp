@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include "schema/error.h"
 #include "schema/plan_rules.h"
@@ -35,6 +37,7 @@ void check_costs(const StepCosts& costs) {
   }
   check_cost(costs.loss_us, "the loss's compute time");
   check_cost(costs.optimizer_us, "the optimizer's compute time");
+  check_cost(costs.contention, "the contention");
 }
 
 // A span's name, as a run's --trace names it.
@@ -101,8 +104,10 @@ class Replay {
 
   void compute(double us, const std::string& kind, const std::string& unit = "") {
     if (us <= 0) return;
-    spans_.push_back({"compute", label(kind, unit), now_, now_ + us, kind, unit});
-    now_ += us;
+    const double end = finish(now_, us);
+    spans_.push_back({"compute", label(kind, unit), now_, end, kind, unit});
+    contention_us_ += end - now_ - us;
+    now_ = end;
     compute_us_ += us;
   }
 
@@ -131,6 +136,7 @@ class Replay {
     p.step_us = now_;
     p.compute_us = compute_us_;
     p.exposed_comm_us = exposed_us_;
+    p.contention_us = contention_us_;
     p.timeline = std::move(spans_);
     p.windows = std::move(windows_);
     return p;
@@ -142,12 +148,37 @@ class Replay {
   const char* gather_track() const { return unified_ ? "unified" : "all_gather"; }
   const char* reduce_track() const { return unified_ ? "unified" : "reduce_scatter"; }
 
+  // When `work` of compute begun at `t` ends: at 1 / (1 + contention * n) of its speed while n
+  // collectives run. Every collective that overlaps it is issued already: a later issue starts
+  // no earlier than compute's clock then, which is past this work.
+  double finish(double t, double work) const {
+    if (costs_.contention <= 0) return t + work;
+    constexpr double kNever = std::numeric_limits<double>::infinity();
+    while (true) {
+      int running = 0;
+      double next = kNever;  // the next start or end of a collective after t
+      for (const auto& [start, end] : collectives_) {
+        if (start <= t && t < end) {
+          ++running;
+          next = std::min(next, end);
+        } else if (start > t) {
+          next = std::min(next, start);
+        }
+      }
+      const double rate = 1 / (1 + costs_.contention * running);
+      if (next == kNever || (next - t) * rate >= work) return t + work / rate;
+      work -= (next - t) * rate;
+      t = next;
+    }
+  }
+
   // A collective starts once compute has issued everything before it and its stream is free.
   double issue(double& stream, const char* track, const std::string& kind, const std::string& unit,
                double us) {
     const double start = std::max(stream, now_);
     stream = start + us;
     spans_.push_back({track, label(kind, unit), start, stream, kind, unit});
+    if (us > 0) collectives_.emplace_back(start, stream);
     return stream;
   }
 
@@ -164,7 +195,8 @@ class Replay {
   std::vector<double> gathered_;  // by unit: when its last all-gather lands
   std::vector<int64_t> reduce_bytes_, replica_bytes_;
   double now_ = 0, gather_ = 0, reduce_ = 0;
-  double compute_us_ = 0, exposed_us_ = 0;
+  double compute_us_ = 0, exposed_us_ = 0, contention_us_ = 0;
+  std::vector<std::pair<double, double>> collectives_;  // every collective's start and end
   std::vector<PredictedSpan> spans_;
   std::vector<UnitWindow> windows_;
 };

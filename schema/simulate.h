@@ -43,6 +43,9 @@ struct StepCosts {
   std::map<std::string, double> forward_us, post_forward_us, backward_us, recompute_us;
   double loss_us = 0;       // between the end of forward and the first pre_backward
   double optimizer_us = 0;  // after the last microbatch
+  // Compute progresses at 1 / (1 + contention * n) of its speed while n collectives run
+  // (schema::ComputeProfile::contention).
+  double contention = 0;
 };
 
 // A span of the predicted timeline on a track: "compute", "all_gather" or "reduce_scatter"
@@ -71,6 +74,8 @@ struct Prediction {
   double step_us = 0;          // from the first microbatch's start to the optimizer's end
   double compute_us = 0;       // compute's own work (forward, loss, backward, optimizer)
   double exposed_comm_us = 0;  // compute waiting for collectives
+  double contention_us = 0;    // compute slowed by collectives running beside it
+                               // (step = compute + exposed + contention)
   std::vector<PredictedSpan> timeline;
   std::vector<UnitWindow> windows;
 };

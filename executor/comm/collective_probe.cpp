@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <sstream>
@@ -144,6 +146,58 @@ std::vector<CollectiveSeries> probe_collectives(Rendezvous& rendezvous,
     }
   }
   return series;
+}
+
+double probe_contention(Rendezvous& rendezvous, const std::vector<CollectiveSeries>& series,
+                        int64_t bytes, const std::function<double()>& compute,
+                        std::chrono::milliseconds timeout) {
+  const int world = rendezvous.world_size();
+  std::vector<int> group(world);
+  std::iota(group.begin(), group.end(), 0);
+  bytes = probe_bytes(bytes, world);
+  // The all-gather's time at the nearest size measured, scaled to `bytes`.
+  double gather_us = 0;
+  int64_t nearest = 0;
+  for (const CollectiveSeries& s : series) {
+    if (s.kind != "all_gather") continue;
+    for (const CollectiveSample& sample : s.samples) {
+      if (nearest == 0 || std::llabs(sample.bytes - bytes) < std::llabs(nearest - bytes)) {
+        nearest = sample.bytes;
+        gather_us = median(sample.us) * static_cast<double>(bytes) / static_cast<double>(nearest);
+      }
+    }
+  }
+  Lane lane{"all_gather", make_cpu_stream("probe contention"), nullptr};
+  lane.comm = rendezvous.gloo_communicator("probe/contention", group, *lane.stream, timeout);
+  const size_t elements = static_cast<size_t>(bytes / 4 / world);
+  std::vector<float> in(elements * static_cast<size_t>(world), 1.0f),
+      out(elements * static_cast<size_t>(world), 1.0f);
+  std::vector<double> samples;
+  for (int round = 0; round < 3; ++round) {
+    rendezvous.exchange("probe/contention/alone/" + std::to_string(round), "");
+    const double alone = compute();
+    // Every rank issues as many all-gathers: enough for the slowest rank's compute.
+    double longest = alone;
+    for (const std::string& t : rendezvous.exchange(
+             "probe/contention/calls/" + std::to_string(round), std::to_string(alone))) {
+      longest = std::max(longest, std::stod(t));
+    }
+    const int calls =
+        std::max(2, static_cast<int>(std::ceil(1.5 * longest * 1e6 / std::max(gather_us, 1.0))));
+    const auto start = Clock::now();
+    for (int i = 0; i < calls; ++i) {
+      lane.comm->all_gather(in.data(), out.data(), elements * sizeof(float), "probe contention");
+    }
+    const double beside = compute();
+    lane.comm->stream().record()->wait();
+    const double busy = std::chrono::duration<double>(Clock::now() - start).count();
+    const double overlap = std::min(beside, busy);
+    const double rest = alone - beside + overlap;  // the compute done while overlapped
+    double c = rest > 0 ? overlap / rest - 1 : 4;
+    samples.push_back(std::clamp(c, 0.0, 4.0));
+  }
+  lane.comm.reset();
+  return median(samples);
 }
 
 double median(std::vector<double> values) {

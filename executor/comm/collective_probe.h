@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,17 @@ int64_t probe_bytes(int64_t bytes, int world_size);
 // naming the rank and collective when one fails or times out.
 std::vector<CollectiveSeries> probe_collectives(Rendezvous& rendezvous,
                                                 const CollectiveProbeOptions& options);
+
+// How much collectives running beside compute slow it down, on every rank at once: `compute`
+// runs alone, then again while this rank's all-gather stream is kept busy with all-gathers
+// of `bytes` issued back to back (enough to last 1.5 times the compute alone, as the
+// series measured them), three times over. With compute progressing at 1 / (1 + c) of its
+// speed while a collective runs, c = overlap / (alone - beside + overlap) - 1, kept within
+// [0, 4]; returns this rank's median c. `compute` returns the seconds it took. Every rank
+// calls it with the same bytes after probe_collectives; Error(kRuntime) as there.
+double probe_contention(Rendezvous& rendezvous, const std::vector<CollectiveSeries>& series,
+                        int64_t bytes, const std::function<double()>& compute,
+                        std::chrono::milliseconds timeout);
 
 // The median of `values` (the mean of the middle two for an even count); 0 when empty.
 double median(std::vector<double> values);

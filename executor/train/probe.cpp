@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <iomanip>
 #include <set>
@@ -85,8 +87,15 @@ std::optional<schema::Profile> probe(const ProbeConfig& config, const LaunchEnv&
 
   // probe_collectives ends in an exchange, which lines the ranks up: they compute together,
   // contending for the cores as in a step.
-  const std::vector<std::string> computed =
-      rendezvous.exchange("probe/compute", encode(measure_compute()));
+  std::vector<double> figures = measure_compute();
+  // Then compute beside collectives: about 50 ms of reference matmuls, beside 4 MiB
+  // all-gathers.
+  const double flop = 2.0 * 384 * 384 * 384;
+  const int matmuls = std::max(4, static_cast<int>(std::ceil(0.05 * figures[0] * 1e9 / flop)));
+  figures.push_back(probe_contention(
+      rendezvous, series, int64_t{4} << 20,
+      [matmuls] { return planner::time_reference_matmuls(matmuls); }, config.timeout));
+  const std::vector<std::string> computed = rendezvous.exchange("probe/compute", encode(figures));
   if (rendezvous.rank() != 0) return std::nullopt;
 
   schema::Profile profile;
@@ -105,7 +114,7 @@ std::optional<schema::Profile> probe(const ProbeConfig& config, const LaunchEnv&
     }
     collective.cost = schema::fit_collective(collective.points);
   }
-  std::vector<std::vector<double>> by_figure(1 + probed_optimizers().size());
+  std::vector<std::vector<double>> by_figure(2 + probed_optimizers().size());
   for (const std::string& text : computed) {
     const std::vector<double> figures = decode(text);
     for (size_t i = 0; i < by_figure.size() && i < figures.size(); ++i) {
@@ -116,6 +125,7 @@ std::optional<schema::Profile> probe(const ProbeConfig& config, const LaunchEnv&
   for (size_t i = 0; i < probed_optimizers().size(); ++i) {
     profile.compute.optimizer_ns_per_element[probed_optimizers()[i]] = median(by_figure[i + 1]);
   }
+  profile.compute.contention = median(by_figure.back());
   return profile;
 }
 

@@ -57,6 +57,21 @@ double reference_gflops(const std::string& device) {
   return median(rates);
 }
 
+double time_reference_matmuls(int count, const std::string& device) {
+  constexpr int64_t kSize = 384;
+  const at::NoGradGuard no_grad;
+  at::Generator generator = at::detail::createCPUGenerator(/*seed_in=*/1);
+  const at::Tensor a = at::randn({kSize, kSize}, generator, on("cpu")).to(on(device));
+  const at::Tensor b = at::randn({kSize, kSize}, generator, on("cpu")).to(on(device));
+  at::Tensor c = at::empty({kSize, kSize}, on(device));
+  at::mm_out(c, a, b);
+  finish(c);
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < count; ++i) at::mm_out(c, a, b);
+  finish(c);
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 double optimizer_ns_per_element(const std::string& optimizer, const std::string& device) {
   constexpr int64_t kElements = int64_t{4} << 20;
   at::Tensor param = at::zeros({kElements}, on(device)).set_requires_grad(true);

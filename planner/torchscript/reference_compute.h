@@ -14,6 +14,10 @@ namespace mfsdp::planner {
 // this process has now. About 0.1-0.3 s on a CPU.
 double reference_gflops(const std::string& device = "cpu");
 
+// Seconds `count` of those matmuls take back to back on `device`, after one untimed; what
+// mfsdp probe times with and without collectives running beside it.
+double time_reference_matmuls(int count, const std::string& device = "cpu");
+
 // Nanoseconds per element of one LibTorch optimizer step ("sgd" with momentum 0.9, "adam",
 // "adamw") over one flat float32 tensor of 4 Mi elements with a gradient, on `device`: the
 // median of 7 steps after 2 warm-up steps. Error(kUsage) for another optimizer name.

@@ -49,6 +49,9 @@ TEST(ProbeCli, WritesAProfileOfEachCollectiveAtTheLaunchedWorldSize) {
     ASSERT_EQ(profile.compute.optimizer_ns_per_element.count(optimizer), 1u) << optimizer;
     EXPECT_GT(profile.compute.optimizer_ns_per_element.at(optimizer), 0) << optimizer;
   }
+  ASSERT_TRUE(profile.compute.contention.has_value());
+  EXPECT_GE(*profile.compute.contention, 0);
+  EXPECT_LE(*profile.compute.contention, 4);
   // The launcher's summary, without the ranks' "[rank 0] " prefix.
   EXPECT_EQ(r.out.find("[rank"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\nall_gather "), std::string::npos) << r.out;

@@ -92,11 +92,13 @@ TEST(ProfileJson, RoundTripsEveryField) {
   p.threads_per_rank = 1;
   p.compute.reference_gflops = 85.5;
   p.compute.optimizer_ns_per_element = {{"adamw", 3.25}, {"sgd", 1.5}};
+  p.compute.contention = 0.75;
   const Profile back = parse_profile(nlohmann::json::parse(profile_text(p)));
   EXPECT_EQ(profile_text(back), profile_text(p));
   EXPECT_EQ(back.collectives[2].points.size(), 2u);
   EXPECT_EQ(*back.compute.reference_gflops, 85.5);
   EXPECT_EQ(back.compute.optimizer_ns_per_element.at("adamw"), 3.25);
+  EXPECT_EQ(*back.compute.contention, 0.75);
 }
 
 TEST(ProfileJson, RefusesWhatItDoesNotKnowNamingTheField) {

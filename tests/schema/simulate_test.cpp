@@ -124,6 +124,32 @@ TEST(Simulate, PostForwardTimeRunsAfterTheUnitAndWindowsSpanNestedUnits) {
   EXPECT_EQ(p.windows.size(), 6u);
 }
 
+// Contention 1: compute runs at half speed while a collective runs. By hand, one microbatch:
+//   root forward (5 of work) 10-20 beside the all-gather of layers.0 (10-20): half speed
+//   layers.0 (30) 20-55: 20-30 beside the all-gather of layers.1, 5 done, then 25 alone
+//   layers.1 (30) 55-85 alone; root backward (5) 85-95 beside the all-gather of layers.1
+//   layers.1 backward (60) 95-160: 95-105 beside the all-gather of layers.0, then 55 alone
+//   reduce-scatter of layers.1 160-175; layers.0 backward (60) 160-227.5: 7.5 done by 175
+//   reduce-scatters of layers.0 and <root> 227.5-257.5; compute waits for them.
+// Step 257.5 = 190 of compute + 40 waiting (10 at the start, 30 at the end) + 27.5 slower.
+TEST(Simulate, ContentionSlowsComputeWhileCollectivesRunBesideIt) {
+  StepCosts costs = round_costs();
+  costs.contention = 1;
+  const Prediction p = simulate_step(golden_plan("tied_lm"), costs, 1);
+  EXPECT_DOUBLE_EQ(p.step_us, 257.5);
+  EXPECT_DOUBLE_EQ(p.compute_us, 190);
+  EXPECT_DOUBLE_EQ(p.exposed_comm_us, 40);
+  EXPECT_DOUBLE_EQ(p.contention_us, 27.5);
+  expect_spans(on_track(p, "compute"), {{"", "wait for all-gather of <root>", 0, 10},
+                                        {"", "forward <root>", 10, 20},
+                                        {"", "forward layers.0", 20, 55},
+                                        {"", "forward layers.1", 55, 85},
+                                        {"", "backward <root>", 85, 95},
+                                        {"", "backward layers.1", 95, 160},
+                                        {"", "backward layers.0", 160, 227.5},
+                                        {"", "wait for reduce-scatters", 227.5, 257.5}});
+}
+
 // Two microbatches: the first ends at 210 without waiting for its reduce-scatters (they run
 // until 240 under the second's forward), and the second, shifted by 210 from the first
 // except where the streams are still busy, ends as the first did: 450 us, 70 of them waiting.

@@ -7,13 +7,20 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/byte_size.h"
 #include "cli/command_line.h"
 #include "cli/diff_render.h"
+#include "cli/predict_report.h"
+#include "cli/whole_number.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
 #include "schema/plan_loader.h"
@@ -30,6 +37,8 @@ struct DiffFlags {
   std::vector<std::string> include;
   std::vector<std::string> fail_on;
   bool quiet = false;
+  PredictRequest predict;  // with --profile: the predicted step of each plan
+  std::string microbatches;
 };
 
 const char* kExamples = R"(
@@ -43,6 +52,9 @@ Examples:
   # A pull-request comment, or a report for tools:
   mfsdp diff main.plan.json pr.plan.json --format markdown > plan-diff.md
   mfsdp diff main.plan.json pr.plan.json --format json | jq '.totals.per_rank_bytes.percent'
+
+  # And the predicted step time on a machine (both plans made with --trace-input):
+  mfsdp diff main.plan.json pr.plan.json --profile probe.json
 
   # Also compare the model file's hash (ignored by default), but not the diagnostics:
   mfsdp diff a.json b.json --include model.sha256 --ignore diagnostics
@@ -95,6 +107,31 @@ bool use_color(const std::string& color) {
          !(term && std::string(term) == "dumb");
 }
 
+// The diff's output with the predicted step of both plans: one more line of text or
+// markdown, a `prediction` object in JSON.
+std::string with_predicted_step(const std::string& text, DiffFormat format,
+                                const PlanPrediction& old_p, const PlanPrediction& new_p) {
+  const double before = old_p.prediction.step_us / 1000, after = new_p.prediction.step_us / 1000;
+  const double percent = before > 0 ? 100 * (after - before) / before : 0;
+  if (format == DiffFormat::kJson) {
+    nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text);
+    doc["prediction"] = {{"profile", new_p.profile.name},
+                         {"old_step_ms", before},
+                         {"new_step_ms", after},
+                         {"percent", percent},
+                         {"old_exposed_comm_ms", old_p.prediction.exposed_comm_us / 1000},
+                         {"new_exposed_comm_ms", new_p.prediction.exposed_comm_us / 1000}};
+    return doc.dump(2) + "\n";
+  }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "%.2f ms -> %.2f ms (%+.1f %%), exposed communication %.2f -> %.2f ms", before,
+                after, percent, old_p.prediction.exposed_comm_us / 1000,
+                new_p.prediction.exposed_comm_us / 1000);
+  const std::string what = "predicted step on profile '" + new_p.profile.name + "': " + line;
+  return text + (format == DiffFormat::kMarkdown ? "\n**" + what + "**\n" : what + "\n");
+}
+
 void run_diff(const DiffFlags& flags) {
   const DiffFormat format = parse_format(flags.format);
   const bool color = use_color(flags.color);
@@ -113,8 +150,27 @@ void run_diff(const DiffFlags& flags) {
   const schema::Plan new_plan = read_plan(flags.new_path);
   report.diff = schema::diff_plans(old_plan, new_plan, options);
   report.thresholds = schema::check_thresholds(report.diff, thresholds);
-
-  if (!flags.quiet) std::cout << render_diff(report, format, color) << std::flush;
+  // Predicted before anything is printed, so that a plan that cannot be predicted fails
+  // with one line instead of after a diff.
+  std::optional<std::pair<PlanPrediction, PlanPrediction>> predicted;
+  if (!flags.predict.profile.empty()) {
+    PredictRequest request = flags.predict;
+    if (!flags.microbatches.empty()) {
+      request.microbatches =
+          whole_number(flags.microbatches, "--microbatches", 1, 1 << 20, "from 1 to 1048576");
+    }
+    const auto predict = [&](const schema::Plan& plan, const std::string& path) {
+      try {
+        return predict_plan(plan, request);
+      } catch (const Error& e) {
+        fail(e.code(), path + ": " + e.what());
+      }
+    };
+    predicted.emplace(predict(old_plan, flags.old_path), predict(new_plan, flags.new_path));
+  }
+  std::string text = render_diff(report, format, color);
+  if (predicted) text = with_predicted_step(text, format, predicted->first, predicted->second);
+  if (!flags.quiet) std::cout << text << std::flush;
   bool differ = !report.diff.empty();
   if (!thresholds.empty()) {
     differ = std::any_of(report.thresholds.begin(), report.thresholds.end(),
@@ -198,6 +254,15 @@ void add_diff_command(CLI::App& app) {
                   "units-changed (repeatable)")
       ->allow_extra_args(false);
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing; the exit status is the answer");
+  cmd->add_option("--profile", flags->predict.profile,
+                  "Also predict both plans' step on this machine profile (a file from mfsdp "
+                  "probe, or h100-nvlink, h200-nvlink, ib-400g; both plans need --trace-input; "
+                  "docs/predict.md)")
+      ->type_name("FILE|NAME");
+  cmd->add_option("--microbatches", flags->microbatches,
+                  "With --profile: microbatches per step (default: each plan's training "
+                  "defaults, else 1)")
+      ->type_name("N");
   cmd->callback([flags] { run_diff(*flags); });
 }
 

@@ -1,0 +1,139 @@
+// `mfsdp show --predict` and `mfsdp diff --profile` as a user runs them: a plan traced by the
+// real binary, a profile written by hand, and the prediction's figures checked against the
+// plan's own trace times and the profile's costs.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/cli_test_support.h"
+
+namespace mfsdp::testing {
+namespace {
+
+using nlohmann::json;
+
+// tied_lm traced on batches of 2, planned for 2 ranks (once per test binary).
+const std::string& traced_plan() {
+  static const std::string path = [] {
+    const std::string p = temp_path("predict.tied_lm.plan.json");
+    const RunResult r = mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit",
+                               "layers.*", "--unit", "<root>", "--trace-input", "2x16:int64",
+                               "--trace-repeats", "1", "-o", p, "-q"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return p;
+  }();
+  return path;
+}
+
+// All-gathers 100 us + 1 us per KB, reduce-scatters 50 us + 1 us per 2 KB, AdamW 2 ns an
+// element, no contention.
+std::string profile_file() {
+  const std::string path = temp_path("predict.profile.json");
+  std::ofstream(path) << R"({"schema": "mfsdp.profile/1", "name": "hand", "description": "test",
+    "backend": "gloo", "device": "cpu", "collectives": [
+      {"kind": "all_gather", "world_size": 2, "latency_us": 100, "bytes_per_us": 1000},
+      {"kind": "reduce_scatter", "world_size": 2, "latency_us": 50, "bytes_per_us": 2000},
+      {"kind": "all_reduce", "world_size": 2, "latency_us": 70, "bytes_per_us": 500}],
+    "compute": {"reference_gflops": 100, "optimizer_ns_per_element": {"adamw": 2}}})";
+  return path;
+}
+
+TEST(PredictCli, ShowPredictCountsTheTracesTimesAndTheProfilesCosts) {
+  const RunResult r = mfsdp({"show", traced_plan(), "--predict", "--profile", profile_file(),
+                             "--compute-scale", "1", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json p = json::parse(r.out);
+  const json plan = json::parse(read_file(traced_plan()));
+  // Compute: every unit's forward split and backward, the loss, and AdamW over the shards.
+  double ms = plan["trace"]["loss_ms"].get<double>();
+  for (const json& t : plan["trace"]["times"]) {
+    ms += t["pre_forward_ms"].get<double>() + t["post_forward_ms"].get<double>() +
+          t["backward_ms"].get<double>();
+  }
+  int64_t elements = 0;
+  for (const json& unit : plan["units"]) {
+    for (const json& group : unit["groups"]) elements += group["shard_numel"].get<int64_t>();
+  }
+  ms += 2.0 * static_cast<double>(elements) / 1e6;
+  EXPECT_NEAR(p["compute_ms"].get<double>(), ms, 1e-9);
+  EXPECT_NEAR(p["step_ms"].get<double>(),
+              p["compute_ms"].get<double>() + p["exposed_comm_ms"].get<double>() +
+                  p["contention_ms"].get<double>(),
+              1e-9);
+  // The all-gather of <root>, issued first with nothing to hide it: 100 us + bytes / 1000.
+  const double root_gather = 0.1 + plan["units"][0]["unsharded_bytes"].get<double>() / 1e6;
+  EXPECT_NEAR(p["timeline"][0]["end_us"].get<double>() / 1000, root_gather, 1e-9);
+  EXPECT_EQ(p["timeline"][0]["name"], "all-gather of <root>");
+  EXPECT_GE(p["exposed_comm_ms"].get<double>(), root_gather - 1e-9);
+  EXPECT_EQ(p["microbatch_samples"], 2);
+  ASSERT_EQ(p["units"].size(), 3u);
+}
+
+TEST(PredictCli, ShowPredictReadsARunsMetricsAndReportsTheError) {
+  // Two ranks, three steps: the first warms up; the slowest rank's 40 and 60 ms give 50.
+  const std::string metrics = temp_path("predict.metrics.jsonl");
+  std::ofstream(metrics) << R"({"step":1,"rank":0,"step_ms":900,"exposed_comm_ms":1}
+{"step":1,"rank":1,"step_ms":800,"exposed_comm_ms":2}
+{"step":2,"rank":0,"step_ms":40,"exposed_comm_ms":3}
+{"step":2,"rank":1,"step_ms":30,"exposed_comm_ms":4}
+{"step":3,"rank":0,"step_ms":50,"exposed_comm_ms":5}
+{"step":3,"rank":1,"step_ms":60,"exposed_comm_ms":6}
+{"rank":0,"memory":{}}
+)";
+  const RunResult r = mfsdp({"show", traced_plan(), "--predict", "--profile", profile_file(),
+                             "--metrics", metrics, "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json p = json::parse(r.out);
+  EXPECT_EQ(p["measured"]["step_ms"], 50);
+  EXPECT_EQ(p["measured"]["exposed_comm_ms"], 4.5);  // the median of 3, 4, 5, 6
+  EXPECT_EQ(p["measured"]["steps"], 2);
+  const RunResult text = mfsdp(
+      {"show", traced_plan(), "--predict", "--profile", profile_file(), "--metrics", metrics});
+  EXPECT_NE(text.out.find("measured      step 50.00 ms (median of 2 steps after the first, "
+                          "slowest of 2 ranks)"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("critical path"), std::string::npos) << text.out;
+}
+
+TEST(PredictCli, DiffWithAProfileAddsThePredictedStepOfBothPlans) {
+  const std::string deeper = temp_path("predict.tied_lm.prefetch2.plan.json");
+  ASSERT_EQ(mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
+                   "--unit", "<root>", "--trace-input", "2x16:int64", "--trace-repeats", "1",
+                   "--prefetch", "0", "-o", deeper, "-q"})
+                .exit_code,
+            0);
+  const RunResult j =
+      mfsdp({"diff", traced_plan(), deeper, "--profile", profile_file(), "--format", "json"});
+  EXPECT_EQ(j.exit_code, 1) << j.err;  // the plans differ
+  const json doc = json::parse(j.out);
+  EXPECT_EQ(doc["prediction"]["profile"], "hand");
+  EXPECT_GT(doc["prediction"]["old_step_ms"].get<double>(), 0);
+  EXPECT_GT(doc["prediction"]["new_step_ms"].get<double>(), 0);
+  const RunResult text = mfsdp({"diff", traced_plan(), deeper, "--profile", profile_file()});
+  EXPECT_NE(text.out.find("predicted step on profile 'hand': "), std::string::npos) << text.out;
+}
+
+TEST(PredictCli, RefusesWhatCannotBePredictedWithOneLine) {
+  const auto refused = [](const std::vector<std::string>& args, const std::string& text) {
+    const RunResult r = mfsdp(args);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  };
+  refused({"show", traced_plan(), "--predict"}, "--predict needs --profile FILE|NAME");
+  refused({"show", traced_plan(), "--profile", profile_file()}, "--profile is for --predict");
+  refused({"show", "plans/tied_lm.plan.json", "--predict", "--profile", "h100-nvlink"},
+          "the plan has no trace");
+  refused({"show", traced_plan(), "--predict", "--profile", "a100"},
+          "neither a profile file nor a built-in profile (h100-nvlink, h200-nvlink, ib-400g)");
+  refused({"show", traced_plan(), "--predict", "--profile", profile_file(), "--compute-scale", "0"},
+          "--compute-scale 0 is not a number > 0");
+  refused({"diff", "plans/tied_lm.plan.json", traced_plan(), "--profile", profile_file()},
+          "plans/tied_lm.plan.json: the plan has no trace");
+}
+
+}  // namespace
+}  // namespace mfsdp::testing

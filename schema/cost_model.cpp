@@ -1,5 +1,6 @@
 #include "schema/cost_model.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <sstream>
@@ -116,6 +117,20 @@ CostModel step_costs(const Plan& plan, const Profile& profile, const PredictOpti
       model.notes.push_back("compute: slowed to 1 / (1 + " + number_text(costs.contention) +
                             " x n) of its speed while n collectives run beside it (profile '" +
                             profile.name + "')");
+    }
+  }
+
+  if (plan.mesh.world_size > 1) {  // the loss's all-reduce: one double over every rank
+    const bool has = std::any_of(profile.collectives.begin(), profile.collectives.end(),
+                                 [](const CollectiveProfile& c) { return c.kind == "all_reduce"; });
+    if (has) {
+      note.clear();
+      costs.step_end_us =
+          collective_cost(profile, "all_reduce", plan.mesh.world_size, &note).time_us(8);
+      if (!note.empty()) model.notes.push_back(note);
+    } else {
+      model.notes.push_back("the loss's all-reduce at the end of a step is not counted (profile '" +
+                            profile.name + "' has no all_reduce)");
     }
   }
 

@@ -38,6 +38,7 @@ void check_costs(const StepCosts& costs) {
   check_cost(costs.loss_us, "the loss's compute time");
   check_cost(costs.optimizer_us, "the optimizer's compute time");
   check_cost(costs.contention, "the contention");
+  check_cost(costs.step_end_us, "the step's closing all-reduce");
 }
 
 // A span's name, as a run's --trace names it.
@@ -51,7 +52,9 @@ std::string label(const std::string& kind, const std::string& unit) {
       {"wait_all_gather", "wait for all-gather of "},
       {"reduce_scatter", "reduce-scatter of "},
       {"all_reduce", "all-reduce across replicas of "},
-      {"wait_reduce_scatters", "wait for reduce-scatters"}};
+      {"wait_reduce_scatters", "wait for reduce-scatters"},
+      {"all_reduce_loss", "all-reduce of the loss"},
+      {"wait_loss", "wait for the loss's all-reduce"}};
   const auto it = kWords.find(kind);
   return it == kWords.end() ? kind : it->second + unit;
 }
@@ -127,6 +130,12 @@ class Replay {
   double now() const { return now_; }
   void window(const std::string& unit, const std::string& phase, double start) {
     windows_.push_back({unit, phase, start, now_});
+  }
+
+  // The loss's all-reduce: issued by compute and waited for at once.
+  void close_step(double us) {
+    if (us <= 0) return;
+    wait_until(issue(reduce_clock(), reduce_track(), "all_reduce_loss", "", us), "wait_loss", "");
   }
 
   void wait_for_reductions() { wait_until(reduce_clock(), "wait_reduce_scatters", ""); }
@@ -277,6 +286,7 @@ Prediction simulate_step(const Plan& plan, const StepCosts& costs, int64_t micro
     if (last) replay.wait_for_reductions();
   }
   replay.compute(costs.optimizer_us, "optimizer");
+  replay.close_step(costs.step_end_us);
   return replay.result();
 }
 

@@ -43,6 +43,9 @@ struct StepCosts {
   std::map<std::string, double> forward_us, post_forward_us, backward_us, recompute_us;
   double loss_us = 0;       // between the end of forward and the first pre_backward
   double optimizer_us = 0;  // after the last microbatch
+  // The all-reduce of the step's loss over every rank that ends a step (after the
+  // optimizer), which compute waits for.
+  double step_end_us = 0;
   // Compute progresses at 1 / (1 + contention * n) of its speed while n collectives run
   // (schema::ComputeProfile::contention).
   double contention = 0;

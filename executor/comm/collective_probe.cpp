@@ -1,12 +1,14 @@
 #include "executor/comm/collective_probe.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "executor/comm/rendezvous.h"
 #include "executor/runtime/cpu_stream.h"
@@ -108,6 +110,21 @@ std::vector<CollectiveSeries> probe_collectives(Rendezvous& rendezvous,
   // Ones: their sums and averages stay finite and exact, call after call.
   std::vector<float> in(most, 1.0f), out(most, 1.0f);
   std::vector<std::vector<int64_t>> times;  // per (kind, size), per timed call
+  std::atomic<bool> stop{false};
+  std::thread computing;
+  if (options.beside) {
+    computing = std::thread([&] {
+      while (!stop.load()) options.beside();
+    });
+  }
+  struct Joined {
+    std::atomic<bool>& stop;
+    std::thread& thread;
+    ~Joined() {
+      stop.store(true);
+      if (thread.joinable()) thread.join();
+    }
+  } joined{stop, computing};
   for (Lane& lane : lanes) {
     for (int64_t bytes : sizes) {
       const size_t elements = static_cast<size_t>(bytes / 4 / world);
@@ -122,6 +139,8 @@ std::vector<CollectiveSeries> probe_collectives(Rendezvous& rendezvous,
     }
   }
   lanes.clear();
+  stop.store(true);
+  if (computing.joinable()) computing.join();
 
   // Every rank's times, then the slowest rank's per call.
   const std::vector<std::string> all = rendezvous.exchange("probe/collective-times", encode(times));

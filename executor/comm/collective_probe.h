@@ -23,6 +23,10 @@ struct CollectiveProbeOptions {
   int warmup = 3;                                              // untimed calls per size
   int repeats = 15;                                            // timed calls per size
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // per collective
+  // Compute to keep running beside the collectives, as a step's compute runs beside its
+  // prefetches and reduce-scatters: a thread calls it over and over while they are timed (on
+  // a CPU its cores are the collectives' too). None: the collectives run alone.
+  std::function<void()> beside;
 };
 
 // One collective at one size: the bytes probed and, per timed call, its time on the slowest

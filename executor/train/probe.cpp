@@ -83,6 +83,9 @@ std::optional<schema::Profile> probe(const ProbeConfig& config, const LaunchEnv&
   options.warmup = config.warmup;
   options.repeats = config.repeats;
   options.timeout = config.timeout;
+  // As in a step, compute runs beside the collectives: on a CPU it takes the cores their
+  // copies need, and a rank that is computing answers a collective late.
+  options.beside = [] { planner::time_reference_matmuls(4); };
   const std::vector<CollectiveSeries> series = probe_collectives(rendezvous, options);
 
   // probe_collectives ends in an exchange, which lines the ranks up: they compute together,
@@ -110,7 +113,10 @@ std::optional<schema::Profile> probe(const ProbeConfig& config, const LaunchEnv&
     collective.kind = s.kind;
     collective.world_size = env.world_size;
     for (const CollectiveSample& sample : s.samples) {
-      collective.points.push_back({sample.bytes, median(sample.us)});
+      // The mean: a step pays every call, the slow ones (a rank descheduled) too.
+      double sum = 0;
+      for (double us : sample.us) sum += us;
+      collective.points.push_back({sample.bytes, sum / static_cast<double>(sample.us.size())});
     }
     collective.cost = schema::fit_collective(collective.points);
   }

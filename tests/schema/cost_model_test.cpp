@@ -64,6 +64,10 @@ TEST(CostModel, ScalesTheTracesTimesByTheCalibrationAndTheMicrobatch) {
   EXPECT_EQ(m.costs.reduce_scatter.bytes_per_us, 500);
   // AdamW over the rank's shards: 5152 + 6352 + 6352 elements at 2 ns.
   EXPECT_DOUBLE_EQ(m.costs.optimizer_us, 2.0 * (5152 + 6352 + 6352) / 1000);
+  EXPECT_EQ(m.costs.step_end_us, 0);  // the profile has no all_reduce
+  Profile with_all_reduce = profile();
+  with_all_reduce.collectives.push_back({"all_reduce", 2, {70, 8}, {}});
+  EXPECT_DOUBLE_EQ(step_costs(traced(), with_all_reduce, options).costs.step_end_us, 71);
 }
 
 TEST(CostModel, AGivenComputeScaleWinsAndEveryAssumptionIsANote) {
@@ -74,9 +78,10 @@ TEST(CostModel, AGivenComputeScaleWinsAndEveryAssumptionIsANote) {
   EXPECT_DOUBLE_EQ(m.compute_scale, 0.5);
   EXPECT_DOUBLE_EQ(m.costs.backward_us.at("layers.0"), 250);
   EXPECT_EQ(m.costs.optimizer_us, 0);
-  ASSERT_EQ(m.notes.size(), 2u);
+  ASSERT_EQ(m.notes.size(), 3u);
   EXPECT_NE(m.notes[0].find("--compute-scale"), std::string::npos) << m.notes[0];
-  EXPECT_NE(m.notes[1].find("has no sgd time"), std::string::npos) << m.notes[1];
+  EXPECT_NE(m.notes[1].find("has no all_reduce"), std::string::npos) << m.notes[1];
+  EXPECT_NE(m.notes[2].find("has no sgd time"), std::string::npos) << m.notes[2];
 }
 
 TEST(CostModel, WithoutACalibrationTheTimesAreTakenAsTracedAndSaidSo) {

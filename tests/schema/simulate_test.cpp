@@ -229,6 +229,21 @@ TEST(Simulate, CollectiveTimeIsLatencyPlusBytesOverBandwidth) {
 
 // Free communication: the step is compute alone, the loss and the optimizer included, and a
 // checkpointed unit pays its forward again in backward.
+// The loss's all-reduce closes the step after the optimizer: issued on the reduce stream at
+// 240, where the reduce-scatters ended, and waited for: 12 more us, exposed.
+TEST(Simulate, TheLosssAllReduceClosesTheStep) {
+  StepCosts costs = round_costs();
+  costs.step_end_us = 12;
+  const Prediction p = simulate_step(golden_plan("tied_lm"), costs, 1);
+  EXPECT_DOUBLE_EQ(p.step_us, 252);
+  EXPECT_DOUBLE_EQ(p.exposed_comm_us, 62);
+  const auto compute = on_track(p, "compute");
+  EXPECT_EQ(compute.back().name, "wait for the loss's all-reduce");
+  EXPECT_DOUBLE_EQ(compute.back().start, 240);
+  EXPECT_DOUBLE_EQ(compute.back().end, 252);
+  EXPECT_EQ(on_track(p, "reduce_scatter").back().name, "all-reduce of the loss");
+}
+
 TEST(Simulate, WithoutCommunicationCostTheStepIsItsCompute) {
   StepCosts costs = round_costs();
   costs.all_gather = costs.reduce_scatter = costs.all_reduce = CollectiveCost{};

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/byte_size.h"
+#include "cli/plan_search.h"
 #include "cli/plan_summary.h"
 #include "cli/whole_number.h"
 #include "planner/scope_file.h"
@@ -60,6 +62,10 @@ struct PlanFlags {
   std::string training_file;
   bool quiet = false;
   bool json_summary = false;
+  // The search (cli/plan_search.h).
+  bool optimize = false, sweep = false;
+  std::string sweep_worlds, memory_budget, profile, microbatches, microbatch_size, optimizer;
+  std::string compute_scale;
 };
 
 // OMP_NUM_THREADS as a whole number from 1 to 65536, else 0.
@@ -199,6 +205,115 @@ schema::Training read_training_file(const std::string& path) {
   return schema::training_from_json(doc, path, "");
 }
 
+void write_plan(const PlanFlags& flags, const planner::ScopeFile& scope_file, schema::Plan plan);
+
+int trace_thread_count(int64_t given, const schema::Mesh& mesh) {
+  if (given > 0) return static_cast<int>(given);
+  if (omp_threads() > 0) return omp_threads();
+  return std::max<int>(
+      1, usable_cores() / static_cast<int>(std::min<int64_t>(mesh.world_size, 65536)));
+}
+
+// "8,16,32" -> {"8", "16", "32"}; "" -> {}.
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t begin = 0;
+  while (begin <= text.size() && !text.empty()) {
+    const size_t comma = text.find(',', begin);
+    items.push_back(
+        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return items;
+}
+
+// --optimize and --sweep: the plans tried, the table and the choice printed; returns the plan
+// to write (the chosen one, or with --sweep alone the user's).
+schema::Plan search(const PlanFlags& flags, const CLI::App& cmd, planner::ShardedModel& model,
+                    const schema::Mesh& mesh, const schema::Policy& policy, UnitChoice yours,
+                    const std::vector<planner::TraceInput>& trace_inputs, int trace_repeats) {
+  const char* what = flags.optimize ? "--optimize" : "--sweep";
+  if (trace_inputs.empty()) {
+    fail(ExitCode::kUsage, std::string(what) +
+                               " predicts each plan's step from the unit times a trace measures; "
+                               "give --trace-input SHAPE (the run's per-rank microbatch)");
+  }
+  if (flags.profile.empty()) {
+    fail(ExitCode::kUsage, std::string(what) +
+                               " needs --profile FILE|NAME: a file from mfsdp probe, or a "
+                               "built-in (h100-nvlink, h200-nvlink, ib-400g)");
+  }
+  SearchInput in;
+  in.model = &model;
+  in.model_path = flags.model;
+  in.mesh = mesh;
+  in.policy = policy;
+  in.trace_inputs = trace_inputs;
+  in.trace_repeats = trace_repeats;
+  in.profile = schema::load_profile(flags.profile);
+  if (!flags.microbatches.empty()) {
+    in.predict.microbatches =
+        whole_number(flags.microbatches, "--microbatches", 1, 1 << 20, "from 1 to 1048576");
+  }
+  if (!flags.microbatch_size.empty()) {
+    in.predict.microbatch_size = whole_number(flags.microbatch_size, "--microbatch-size", 1,
+                                              int64_t{1} << 30, "from 1 to 1073741824");
+  }
+  if (!flags.optimizer.empty()) in.predict.optimizer = flags.optimizer;
+  if (!flags.compute_scale.empty()) {
+    char* end = nullptr;
+    const double scale = std::strtod(flags.compute_scale.c_str(), &end);
+    if (end == flags.compute_scale.c_str() || *end != '\0' || !(scale > 0) ||
+        !std::isfinite(scale)) {
+      fail(ExitCode::kUsage,
+           "--compute-scale " + flags.compute_scale + " is not a number > 0 (e.g. 0.5)");
+    }
+    in.predict.compute_scale = scale;
+  }
+  if (cmd.count("--memory-budget")) {
+    in.memory_budget = parse_bytes(flags.memory_budget, "--memory-budget");
+  }
+  for (const std::string& item : split_list(flags.sweep_worlds)) {
+    in.sweep_worlds.push_back(
+        whole_number(item, "--sweep-world", 1, schema::kMaxWorldSize, schema::world_size_range()));
+  }
+  // The units tried: yours, every ModuleList element plus the model, the model alone.
+  in.units.push_back(std::move(yours));
+  const std::vector<int> blocks = planner::auto_units(model.ir());
+  const auto add = [&](const std::string& name, const std::vector<int>& modules) {
+    for (const UnitChoice& u : in.units) {
+      if (u.modules == modules) return;
+    }
+    in.units.push_back({name, modules, std::vector<bool>(modules.size(), false)});
+  };
+  add("blocks + model", blocks);
+  add("model only", {0});
+  for (size_t i = 0; i < in.units.size(); ++i) {
+    if (in.units[i].modules == blocks) in.blocks = static_cast<int>(i);
+  }
+
+  const SearchResult result = search_plans(in);
+  if (flags.sweep) {
+    print_sweep(std::cout, result, in.memory_budget);
+    print_worlds(std::cout, result);
+    std::cout << std::flush;
+  }
+  if (!flags.optimize) return result.candidates[result.yours].plan;
+  if (result.chosen < 0) {
+    const auto smallest = std::min_element(
+        result.candidates.begin(), result.candidates.end(),
+        [](const Candidate& a, const Candidate& b) { return a.memory_bytes < b.memory_bytes; });
+    fail(ExitCode::kPlanning, "no plan tried fits --memory-budget " +
+                                  format_bytes(*in.memory_budget) + " per rank; the smallest (" +
+                                  smallest->label() + ") needs " +
+                                  format_bytes(smallest->memory_bytes) +
+                                  "; raise the budget, add ranks, or trace a smaller microbatch");
+  }
+  if (!flags.quiet && !flags.json_summary) print_choice(std::cerr, result, in.memory_budget);
+  return result.candidates[result.chosen].plan;
+}
+
 void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   planner::ScopeFile scope_file;
   const bool has_scope_file = !flags.scope_file.empty();
@@ -267,6 +382,12 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   }
 
   check_mesh_and_policy(cmd, flags.scope_file, mesh, policy);
+  for (const char* flag : {"--sweep-world", "--memory-budget", "--profile", "--microbatches",
+                           "--microbatch-size", "--optimizer", "--compute-scale"}) {
+    if (cmd.count(flag) > 0 && !flags.optimize && !flags.sweep) {
+      fail(ExitCode::kUsage, std::string(flag) + " is for --optimize or --sweep; add one");
+    }
+  }
   int64_t trace_repeats = 3;
   if (!flags.trace_repeats.empty()) {
     if (flags.trace_inputs.empty()) {
@@ -295,6 +416,16 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
                                                     : planner::select_units(model.ir(), selectors);
   const std::vector<bool> checkpoint =
       planner::checkpointed_units(model.ir(), modules, selectors, checkpoint_selectors(flags));
+  const bool searching = flags.optimize || flags.sweep;
+  if (searching) {
+    // The threads a rank of this plan gets from mfsdp run on one node, unless told.
+    planner::set_compute_threads(trace_thread_count(trace_threads, mesh));
+    UnitChoice yours{flags.auto_units ? "blocks + model" : "yours", modules, checkpoint};
+    write_plan(flags, scope_file,
+               search(flags, cmd, model, mesh, policy, yours, trace_inputs,
+                      static_cast<int>(trace_repeats)));
+    return;
+  }
   planner::ShardingScope scope(model, mesh, policy);
   for (size_t u = 0; u < modules.size(); ++u) {
     scope.fully_shard(model.ir().modules[modules[u]].path, {checkpoint[u]});
@@ -303,17 +434,15 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
     std::vector<std::string> unit_paths;
     for (int m : modules) unit_paths.push_back(model.ir().modules[m].path);
     // The threads a rank of this plan gets from mfsdp run on one node, unless told.
-    const int threads =
-        trace_threads > 0 ? static_cast<int>(trace_threads)
-        : omp_threads() > 0
-            ? omp_threads()
-            : std::max<int>(
-                  1, usable_cores() / static_cast<int>(std::min<int64_t>(mesh.world_size, 65536)));
-    planner::set_compute_threads(threads);
+    planner::set_compute_threads(trace_thread_count(trace_threads, mesh));
     scope.use_trace(planner::trace_units(flags.model, unit_paths, trace_inputs, policy.param_dtype,
                                          checkpoint, static_cast<int>(trace_repeats)));
   }
-  schema::Plan plan = scope.finalize();
+  write_plan(flags, scope_file, scope.finalize());
+}
+
+// Writes `plan` with its training defaults and prints the summary.
+void write_plan(const PlanFlags& flags, const planner::ScopeFile& scope_file, schema::Plan plan) {
   plan.training =
       flags.training_file.empty() ? scope_file.training : read_training_file(flags.training_file);
   for (const auto& d : plan.diagnostics) {
@@ -420,6 +549,40 @@ void add_plan_command(CLI::App& app) {
                   "JSON file of training defaults for mfsdp run (steps, global_batch, lr, ...; "
                   "docs/plan-format.md#training), written into the plan; run's flags win")
       ->allow_extra_args(false);
+  cmd->add_flag("--optimize", flags->optimize,
+                "Try other units (every block + the model, the model alone) and policies "
+                "(prefetch 0-2, resharding, streams), predict each on --profile, and write the "
+                "fastest that fits --memory-budget (needs --trace-input; docs/predict.md)");
+  cmd->add_flag("--sweep", flags->sweep,
+                "Print every plan --optimize tries: memory per rank, predicted step, the "
+                "Pareto front (writes your plan unless --optimize)");
+  cmd->add_option("--sweep-world", flags->sweep_worlds,
+                  "With --sweep or --optimize: the chosen plan's memory per rank and predicted "
+                  "step at these world sizes, e.g. 8,16,32,64")
+      ->type_name("N,N,...");
+  cmd->add_option("--memory-budget", flags->memory_budget,
+                  "With --optimize: the most a rank may hold (sharded params, grads, optimizer "
+                  "state, gathered slots, traced activations), e.g. 40GiB")
+      ->type_name("SIZE");
+  cmd->add_option("--profile", flags->profile,
+                  "With --optimize/--sweep: the machine profile (a file from mfsdp probe, or "
+                  "h100-nvlink, h200-nvlink, ib-400g)")
+      ->type_name("FILE|NAME");
+  cmd->add_option("--microbatches", flags->microbatches,
+                  "With --optimize/--sweep: microbatches per step (default: --training's, else 1)")
+      ->type_name("N");
+  cmd->add_option("--microbatch-size", flags->microbatch_size,
+                  "With --optimize/--sweep: samples per microbatch per rank (default: the traced "
+                  "batch)")
+      ->type_name("N");
+  cmd->add_option("--compute-scale", flags->compute_scale,
+                  "With --optimize/--sweep: multiply the trace's compute times by this "
+                  "(default: the trace's reference matmul rate over the profile's)")
+      ->type_name("R");
+  cmd->add_option("--optimizer", flags->optimizer,
+                  "With --optimize/--sweep: the optimizer whose state and step count (default "
+                  "adamw)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing on success");
   cmd->add_flag("--json-summary", flags->json_summary,
                 "Print the summary as JSON on stdout instead of text on stderr");

@@ -167,8 +167,13 @@ void read_run_trace(const std::string& path, Measured& into) {
 }
 
 PlanPrediction predict_plan(const schema::Plan& plan, const PredictRequest& request) {
+  return predict_plan(plan, schema::load_profile(request.profile), request);
+}
+
+PlanPrediction predict_plan(const schema::Plan& plan, const schema::Profile& profile,
+                            const PredictRequest& request) {
   PlanPrediction p;
-  p.profile = schema::load_profile(request.profile);
+  p.profile = profile;
   p.microbatches = request.microbatches.value_or(
       plan.training && plan.training->microbatches ? *plan.training->microbatches : 1);
   if (p.microbatches < 1) {
@@ -193,6 +198,18 @@ PlanPrediction predict_plan(const schema::Plan& plan, const PredictRequest& requ
     p.measured = m;
   }
   return p;
+}
+
+std::optional<int64_t> rank_memory_bytes(const schema::Plan& plan, const std::string& optimizer,
+                                         int64_t microbatch_samples) {
+  const schema::Memory& m = plan.memory;
+  if (!m.activations) return std::nullopt;
+  const int64_t states = optimizer == "sgd" ? 1 : 2;
+  const double activations = static_cast<double>(m.activations->peak_bytes) *
+                             static_cast<double>(microbatch_samples) /
+                             static_cast<double>(std::max<int64_t>(1, m.activations->microbatch));
+  return m.sharded_param_bytes + m.sharded_grad_bytes * (1 + states) + m.slot_bytes +
+         static_cast<int64_t>(std::llround(activations));
 }
 
 std::string render_prediction_text(const PlanPrediction& p, const std::string& plan_path) {

@@ -57,6 +57,16 @@ struct PlanPrediction {
 // Throws what load_profile, step_costs and simulate_step throw, and Error(kUsage) for a
 // metrics or trace file that cannot be read.
 PlanPrediction predict_plan(const schema::Plan& plan, const PredictRequest& request);
+// The same with the profile loaded already (request.profile is not read).
+PlanPrediction predict_plan(const schema::Plan& plan, const schema::Profile& profile,
+                            const PredictRequest& request);
+
+// What a rank of `plan` holds at its peak, in bytes: sharded parameters and main gradients,
+// the optimizer's state (adam and adamw: two moments; sgd: one momentum buffer; in the main
+// gradients' dtype), the gathered slots, and the activations the trace measured, scaled
+// linearly to `microbatch_samples`. None without a trace's activations.
+std::optional<int64_t> rank_memory_bytes(const schema::Plan& plan, const std::string& optimizer,
+                                         int64_t microbatch_samples);
 
 std::string render_prediction_text(const PlanPrediction& p, const std::string& plan_path);
 nlohmann::ordered_json prediction_json(const PlanPrediction& p);

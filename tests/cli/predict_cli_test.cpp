@@ -137,3 +137,92 @@ TEST(PredictCli, RefusesWhatCannotBePredictedWithOneLine) {
 
 }  // namespace
 }  // namespace mfsdp::testing
+
+namespace mfsdp::testing {
+namespace {
+
+std::vector<std::string> search_args(const std::string& out, std::vector<std::string> more) {
+  std::vector<std::string> args = {"plan",
+                                   "tests/fixtures/tied_lm.pt",
+                                   "--world-size",
+                                   "2",
+                                   "--unit",
+                                   "layers.*",
+                                   "--unit",
+                                   "<root>",
+                                   "--trace-input",
+                                   "2x16:int64",
+                                   "--trace-repeats",
+                                   "1",
+                                   "-o",
+                                   out};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+double number_after(const std::string& text, const std::string& marker) {
+  const size_t at = text.find(marker);
+  EXPECT_NE(at, std::string::npos) << marker << " in " << text;
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + marker.size()));
+}
+
+TEST(PlanSearchCli, OptimizeWritesTheFastestPlanItPredictedAndSaysWhatItGains) {
+  const std::string out = temp_path("search.optimized.plan.json");
+  const RunResult r = mfsdp(search_args(out, {"--optimize", "--profile", profile_file()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double chosen = number_after(r.err, ": predicted step ");
+  const double yours =
+      number_after(r.err, "  vs your plan (yours, prefetch 1, reshard, 2 streams): ");
+  EXPECT_LE(chosen, yours * 1.01);
+  EXPECT_NE(r.err.find("vs an FSDP2-like default (yours"), std::string::npos) << r.err;
+  // The plan written carries its trace: predicting it again gives the step the search chose by.
+  const RunResult again =
+      mfsdp({"show", out, "--predict", "--profile", profile_file(), "--format", "json"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NEAR(json::parse(again.out)["step_ms"].get<double>(), chosen, 0.005);
+  EXPECT_EQ(mfsdp({"validate", out}).exit_code, 0);
+}
+
+TEST(PlanSearchCli, SweepPrintsEveryCandidateAndWritesYourPlan) {
+  const std::string out = temp_path("search.sweep.plan.json");
+  const RunResult r = mfsdp(
+      search_args(out, {"--sweep", "--profile", profile_file(), "--sweep-world", "2,4", "-q"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("candidates (* on the Pareto front"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("yours, prefetch 1, reshard, 2 streams"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model only, prefetch"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("world sizes"), std::string::npos) << r.out;
+  const json plan = json::parse(read_file(out));
+  EXPECT_EQ(plan["policy"]["forward_prefetch"], 1);  // yours, as given
+  EXPECT_EQ(plan["units"].size(), 3u);
+}
+
+TEST(PlanSearchCli, ABudgetNoPlanFitsFailsNamingTheSmallest) {
+  const std::string out = temp_path("search.budget.plan.json");
+  std::filesystem::remove(out);
+  const RunResult r = mfsdp(
+      search_args(out, {"--optimize", "--profile", profile_file(), "--memory-budget", "1KiB"}));
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_NE(r.err.find("no plan tried fits --memory-budget 1.0 KiB per rank; the smallest ("),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(PlanSearchCli, RefusesASearchItCannotPredict) {
+  const std::string out = temp_path("search.refused.plan.json");
+  const auto refused = [&](std::vector<std::string> args, const std::string& text) {
+    const RunResult r = mfsdp(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
+  };
+  refused({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "--optimize",
+           "--profile", profile_file(), "-o", out},
+          "--optimize predicts each plan's step from the unit times a trace measures");
+  refused(search_args(out, {"--optimize"}), "--optimize needs --profile FILE|NAME");
+  refused(search_args(out, {"--memory-budget", "1GiB"}),
+          "--memory-budget is for --optimize or --sweep");
+}
+
+}  // namespace
+}  // namespace mfsdp::testing

@@ -59,7 +59,8 @@ Examples:
   # Also compare the model file's hash (ignored by default), but not the diagnostics:
   mfsdp diff a.json b.json --include model.sha256 --ignore diagnostics
 
-Ignored by default: generator, model.path, model.sha256 (--include FIELD to compare them).
+Ignored by default: generator, model.path, model.sha256, trace.times, prediction (--include
+FIELD to compare them).
 Thresholds: memory-increase=N%|SIZE, peak-increase=N%|SIZE, comm-increase=N%|SIZE, any,
 units-changed, ownership-changed, order-changed, layout-changed, schedule-changed,
 mesh-changed, policy-changed, model-changed, diagnostics-added[=info|warning|error].

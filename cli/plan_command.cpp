@@ -214,6 +214,50 @@ int trace_thread_count(int64_t given, const schema::Mesh& mesh) {
       1, usable_cores() / static_cast<int>(std::min<int64_t>(mesh.world_size, 65536)));
 }
 
+// The prediction flags of `mfsdp plan`, checked.
+PredictRequest predict_request(const PlanFlags& flags) {
+  PredictRequest request;
+  request.profile = flags.profile;
+  if (!flags.microbatches.empty()) {
+    request.microbatches =
+        whole_number(flags.microbatches, "--microbatches", 1, 1 << 20, "from 1 to 1048576");
+  }
+  if (!flags.microbatch_size.empty()) {
+    request.microbatch_size = whole_number(flags.microbatch_size, "--microbatch-size", 1,
+                                           int64_t{1} << 30, "from 1 to 1073741824");
+  }
+  if (!flags.optimizer.empty()) request.optimizer = flags.optimizer;
+  if (!flags.compute_scale.empty()) {
+    char* end = nullptr;
+    const double scale = std::strtod(flags.compute_scale.c_str(), &end);
+    if (end == flags.compute_scale.c_str() || *end != '\0' || !(scale > 0) ||
+        !std::isfinite(scale)) {
+      fail(ExitCode::kUsage,
+           "--compute-scale " + flags.compute_scale + " is not a number > 0 (e.g. 0.5)");
+    }
+    request.compute_scale = scale;
+  }
+  return request;
+}
+
+// The plan's `prediction` section, each time rounded to 0.001 ms.
+schema::StepPrediction predicted_step(const schema::Plan& plan, const PredictRequest& request) {
+  const PlanPrediction p = predict_plan(plan, request);
+  const auto ms = [](double us) { return std::round(us) / 1000; };
+  schema::StepPrediction s;
+  s.profile = p.profile.name;
+  s.microbatches = p.microbatches;
+  s.microbatch_samples = p.model.microbatch_samples;
+  s.optimizer = p.optimizer;
+  s.compute_scale = std::round(p.model.compute_scale * 1e4) / 1e4;
+  s.compute_ms = ms(p.prediction.compute_us);
+  s.exposed_comm_ms = ms(p.prediction.exposed_comm_us);
+  s.contention_ms = ms(p.prediction.contention_us);
+  s.step_ms = s.compute_ms + s.exposed_comm_ms + s.contention_ms;
+  s.memory_bytes = rank_memory_bytes(plan, p.optimizer, p.model.microbatch_samples);
+  return s;
+}
+
 // "8,16,32" -> {"8", "16", "32"}; "" -> {}.
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
@@ -252,25 +296,7 @@ schema::Plan search(const PlanFlags& flags, const CLI::App& cmd, planner::Sharde
   in.trace_inputs = trace_inputs;
   in.trace_repeats = trace_repeats;
   in.profile = schema::load_profile(flags.profile);
-  if (!flags.microbatches.empty()) {
-    in.predict.microbatches =
-        whole_number(flags.microbatches, "--microbatches", 1, 1 << 20, "from 1 to 1048576");
-  }
-  if (!flags.microbatch_size.empty()) {
-    in.predict.microbatch_size = whole_number(flags.microbatch_size, "--microbatch-size", 1,
-                                              int64_t{1} << 30, "from 1 to 1073741824");
-  }
-  if (!flags.optimizer.empty()) in.predict.optimizer = flags.optimizer;
-  if (!flags.compute_scale.empty()) {
-    char* end = nullptr;
-    const double scale = std::strtod(flags.compute_scale.c_str(), &end);
-    if (end == flags.compute_scale.c_str() || *end != '\0' || !(scale > 0) ||
-        !std::isfinite(scale)) {
-      fail(ExitCode::kUsage,
-           "--compute-scale " + flags.compute_scale + " is not a number > 0 (e.g. 0.5)");
-    }
-    in.predict.compute_scale = scale;
-  }
+  in.predict = predict_request(flags);
   if (cmd.count("--memory-budget")) {
     in.memory_budget = parse_bytes(flags.memory_budget, "--memory-budget");
   }
@@ -382,11 +408,21 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   }
 
   check_mesh_and_policy(cmd, flags.scope_file, mesh, policy);
-  for (const char* flag : {"--sweep-world", "--memory-budget", "--profile", "--microbatches",
-                           "--microbatch-size", "--optimizer", "--compute-scale"}) {
+  for (const char* flag : {"--sweep-world", "--memory-budget"}) {
     if (cmd.count(flag) > 0 && !flags.optimize && !flags.sweep) {
       fail(ExitCode::kUsage, std::string(flag) + " is for --optimize or --sweep; add one");
     }
+  }
+  for (const char* flag :
+       {"--microbatches", "--microbatch-size", "--optimizer", "--compute-scale"}) {
+    if (cmd.count(flag) > 0 && flags.profile.empty()) {
+      fail(ExitCode::kUsage, std::string(flag) + " is for predicting the step; add --profile");
+    }
+  }
+  if (!flags.profile.empty() && flags.trace_inputs.empty()) {
+    fail(ExitCode::kUsage,
+         "--profile predicts the step from the unit times a trace measures; "
+         "give --trace-input SHAPE (the run's per-rank microbatch)");
   }
   int64_t trace_repeats = 3;
   if (!flags.trace_repeats.empty()) {
@@ -441,10 +477,12 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   write_plan(flags, scope_file, scope.finalize());
 }
 
-// Writes `plan` with its training defaults and prints the summary.
+// Writes `plan` with its training defaults (and, with --profile, its predicted step) and
+// prints the summary.
 void write_plan(const PlanFlags& flags, const planner::ScopeFile& scope_file, schema::Plan plan) {
   plan.training =
       flags.training_file.empty() ? scope_file.training : read_training_file(flags.training_file);
+  if (!flags.profile.empty()) plan.prediction = predicted_step(plan, predict_request(flags));
   for (const auto& d : plan.diagnostics) {
     // A plan from the command line is run as the whole model: every parameter needs a unit.
     if (d.code == "ownership.unmanaged") {

@@ -331,6 +331,23 @@ std::vector<std::vector<std::string>> gathers_in_flight(const schema::Plan& plan
   return result;
 }
 
+// Only plans made with --profile have this section.
+void write_prediction(std::ostream& out, const schema::Plan& plan) {
+  if (!plan.prediction) return;
+  const schema::StepPrediction& p = *plan.prediction;
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "step %.2f ms = compute %.2f + exposed communication %.2f + contention %.2f ms",
+                p.step_ms, p.compute_ms, p.exposed_comm_ms, p.contention_ms);
+  out << "\n"
+      << pad("prediction", kLabelWidth) << text << "\n"
+      << pad("", kLabelWidth) << "on profile '" << p.profile << "', " << p.microbatches
+      << " microbatch" << (p.microbatches == 1 ? "" : "es") << " of " << p.microbatch_samples
+      << " per rank, " << p.optimizer
+      << (p.memory_bytes ? ", " + format_bytes(*p.memory_bytes) + " per rank" : std::string())
+      << " (mfsdp show --predict for the timeline)\n";
+}
+
 // Only plans made with --training (or a scope file's training) have this section.
 void write_training(std::ostream& out, const schema::Plan& plan) {
   if (!plan.training) return;
@@ -347,6 +364,7 @@ std::string render_plan_text(const schema::Plan& plan, const std::string& file) 
   write_memory_and_communication(out, plan);
   write_diagnostics(out, plan);
   write_trace(out, plan);
+  write_prediction(out, plan);
   write_training(out, plan);
   return out.str();
 }
@@ -403,6 +421,7 @@ ordered_json plan_report_json(const schema::Plan& plan, const std::string& file)
   diagnostics["items"] = whole["diagnostics"];
   report["diagnostics"] = diagnostics;
   if (plan.trace) report["trace"] = whole["trace"];
+  if (plan.prediction) report["prediction"] = whole["prediction"];
   if (plan.training) report["training"] = whole["training"];
   return report;
 }

@@ -227,6 +227,22 @@ struct Training {
   std::optional<int64_t> seed;
 };
 
+// One training step of the plan as `mfsdp plan --profile` predicted it (docs/predict.md,
+// docs/plan-format.md#prediction): on which profile, for which microbatches, and the result.
+struct StepPrediction {
+  std::string profile;  // the profile's name ("probe" for a measured one)
+  int64_t microbatches = 1;
+  int64_t microbatch_samples = 1;  // per rank
+  std::string optimizer;           // sgd | adam | adamw
+  double compute_scale = 1;        // the trace's times were multiplied by this
+  double step_ms = 0;              // = compute_ms + exposed_comm_ms + contention_ms
+  double compute_ms = 0;
+  double exposed_comm_ms = 0;
+  double contention_ms = 0;
+  std::optional<int64_t> memory_bytes;  // a rank's peak (params, grads, optimizer, slots,
+                                        // activations); none without traced activations
+};
+
 struct Plan {
   std::string schema = kPlanSchemaVersion;
   std::string generator;
@@ -242,7 +258,8 @@ struct Plan {
   Memory memory;
   Communication communication;
   std::vector<Diagnostic> diagnostics;
-  std::optional<Trace> trace;        // only with --trace-input
+  std::optional<Trace> trace;                // only with --trace-input
+  std::optional<StepPrediction> prediction;  // only with --profile
   std::optional<Training> training;  // only with --training (or a scope file's); written last
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 
@@ -212,6 +213,51 @@ void check_trace_timing(Context& context, const Trace& trace) {
   }
 }
 
+std::string three_decimals(double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.3f", value);
+  return text;
+}
+
+// The prediction section: finite times >= 0 that add up, a known optimizer, and a trace to
+// have predicted from.
+void check_prediction(Context& context) {
+  if (!context.plan.prediction) return;
+  const StepPrediction& p = *context.plan.prediction;
+  if (!context.plan.trace) {
+    context.report("prediction",
+                   "is present without a trace; a step is predicted from the "
+                   "unit times a trace measures");
+  }
+  if (p.profile.empty()) context.report("prediction.profile", "is empty");
+  if (p.microbatches < 1) context.report("prediction.microbatches", "must be at least 1");
+  if (p.microbatch_samples < 1) {
+    context.report("prediction.microbatch_samples", "must be at least 1");
+  }
+  if (p.optimizer != "sgd" && p.optimizer != "adam" && p.optimizer != "adamw") {
+    context.report("prediction.optimizer", "is " + quote(p.optimizer) + ", expected " +
+                                               quote_list({"sgd", "adam", "adamw"}));
+  }
+  bool finite = true;
+  for (const auto& [name, ms] : {std::pair<const char*, double>{"compute_scale", p.compute_scale},
+                                 {"step_ms", p.step_ms},
+                                 {"compute_ms", p.compute_ms},
+                                 {"exposed_comm_ms", p.exposed_comm_ms},
+                                 {"contention_ms", p.contention_ms}}) {
+    if (!(ms >= 0) || !std::isfinite(ms)) {
+      context.report(std::string("prediction.") + name, "must be a finite number >= 0");
+      finite = false;
+    }
+  }
+  // Each is rounded to 0.001 ms.
+  if (finite &&
+      std::abs(p.step_ms - (p.compute_ms + p.exposed_comm_ms + p.contention_ms)) > 0.005) {
+    context.report("prediction.step_ms",
+                   "is not compute_ms + exposed_comm_ms + contention_ms (" +
+                       three_decimals(p.compute_ms + p.exposed_comm_ms + p.contention_ms) + " ms)");
+  }
+}
+
 // The trace section: its times cover forward_order exactly, in order, and it names only the
 // fields a trace can change.
 void check_trace(Context& context) {
@@ -308,6 +354,7 @@ std::vector<Problem> check_plan(const Plan& plan) {
   check::check_communication(context);
   check::check_diagnostics(context);
   check::check_trace(context);
+  check::check_prediction(context);
   std::vector<Problem> problems = context.take_problems();
   if (plan.training) {
     for (Problem& p : check_training(*plan.training)) problems.push_back(std::move(p));

@@ -187,8 +187,10 @@ class Differ {
 
   PlanDiff run() {
     for (const std::string& rule : options_.ignore) {
-      // Ignoring trace times is news only to a reader of plans that have a trace.
+      // Ignoring trace times is news only to a reader of plans that have a trace, and
+      // ignoring the prediction to one of plans that have one.
       if (covers("trace", rule) && !old_.trace && !new_.trace) continue;
+      if (rule == "prediction" && !old_.prediction && !new_.prediction) continue;
       if (options_.ignores(rule)) diff_.ignored.push_back(rule);
     }
     match_units();
@@ -199,6 +201,7 @@ class Differ {
     compare_memory_and_communication();
     compare_diagnostics();
     compare_trace();
+    compare_prediction();
     compare_training();
     diff_.old_totals = plan_totals(old_);
     diff_.new_totals = plan_totals(new_);
@@ -790,6 +793,15 @@ class Differ {
     diff_.diagnostics.insert(diff_.diagnostics.end(), removed.begin(), removed.end());
   }
 
+  // The predicted step as one field: it follows measured times, so it is ignored by default.
+  void compare_prediction() {
+    if (!shown("prediction")) return;
+    const auto text = [](const std::optional<StepPrediction>& p) {
+      return p ? plan_prediction_json(*p).dump() : std::string("null");
+    };
+    field("prediction", text(old_.prediction), text(new_.prediction));
+  }
+
   // The training section key by key ("null" where a plan does not set the key).
   void compare_training() {
     const auto section = [](const std::optional<Training>& t) {
@@ -1010,13 +1022,14 @@ const std::vector<std::string>& diff_field_names() {
       "trace.inputs",
       "trace.differs_from_static",
       "trace.times",
+      "prediction",
   };
   return names;
 }
 
 const std::vector<std::string>& default_ignored_fields() {
   static const std::vector<std::string> names = {"generator", "model.path", "model.sha256",
-                                                 "trace.times"};
+                                                 "trace.times", "prediction"};
   return names;
 }
 

@@ -216,6 +216,21 @@ ordered_json to_json(const Trace& trace) {
 
 }  // namespace
 
+ordered_json plan_prediction_json(const StepPrediction& p) {
+  ordered_json j = ordered_json::object();
+  j["profile"] = p.profile;
+  j["microbatches"] = p.microbatches;
+  j["microbatch_samples"] = p.microbatch_samples;
+  j["optimizer"] = p.optimizer;
+  j["compute_scale"] = p.compute_scale;
+  j["step_ms"] = p.step_ms;
+  j["compute_ms"] = p.compute_ms;
+  j["exposed_comm_ms"] = p.exposed_comm_ms;
+  j["contention_ms"] = p.contention_ms;
+  if (p.memory_bytes) j["memory_bytes"] = *p.memory_bytes;
+  return j;
+}
+
 ordered_json training_to_json(const Training& t) {
   ordered_json j = ordered_json::object();
   const auto put = [&j](const char* key, const auto& value) {
@@ -255,6 +270,7 @@ ordered_json plan_to_json(const Plan& plan) {
   j["diagnostics"] = array_of(plan.diagnostics);
   // Absent rather than null, so plans made without a trace keep their bytes.
   if (plan.trace) j["trace"] = to_json(*plan.trace);
+  if (plan.prediction) j["prediction"] = plan_prediction_json(*plan.prediction);
   if (plan.training) j["training"] = training_to_json(*plan.training);
   return j;
 }

@@ -32,6 +32,8 @@ ParseResult parse_plan(const nlohmann::json& doc);
 // and read from a JSON object (an --training file, a scope file's "training"); problem paths
 // start with `path`. Values are checked by check_training.
 nlohmann::ordered_json training_to_json(const Training& training);
+// The plan's `prediction` section.
+nlohmann::ordered_json plan_prediction_json(const StepPrediction& prediction);
 struct TrainingParse {
   Training training;
   std::vector<Problem> problems;

@@ -365,6 +365,21 @@ class Reader {
     fields.finish();
   }
 
+  void read(const json& value, const std::string& path, StepPrediction& out) {
+    Fields fields(*this, value, path);
+    fields.get("profile", out.profile);
+    fields.get("microbatches", out.microbatches);
+    fields.get("microbatch_samples", out.microbatch_samples);
+    fields.get("optimizer", out.optimizer);
+    fields.get("compute_scale", out.compute_scale);
+    fields.get("step_ms", out.step_ms);
+    fields.get("compute_ms", out.compute_ms);
+    fields.get("exposed_comm_ms", out.exposed_comm_ms);
+    fields.get("contention_ms", out.contention_ms);
+    fields.get_optional("memory_bytes", out.memory_bytes);
+    fields.finish();
+  }
+
   void read(const json& value, const std::string& path, Training& out) {
     Fields fields(*this, value, path);
     fields.get_optional("steps", out.steps);
@@ -400,6 +415,7 @@ class Reader {
     fields.get("communication", out.communication);
     fields.get("diagnostics", out.diagnostics);
     fields.get_optional("trace", out.trace);
+    fields.get_optional("prediction", out.prediction);
     fields.get_optional("training", out.training);
     fields.finish();
   }

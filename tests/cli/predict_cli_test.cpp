@@ -218,10 +218,52 @@ TEST(PlanSearchCli, RefusesASearchItCannotPredict) {
   };
   refused({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "--optimize",
            "--profile", profile_file(), "-o", out},
-          "--optimize predicts each plan's step from the unit times a trace measures");
+          "--profile predicts the step from the unit times a trace measures; give --trace-input");
   refused(search_args(out, {"--optimize"}), "--optimize needs --profile FILE|NAME");
   refused(search_args(out, {"--memory-budget", "1GiB"}),
           "--memory-budget is for --optimize or --sweep");
+}
+
+}  // namespace
+}  // namespace mfsdp::testing
+
+namespace mfsdp::testing {
+namespace {
+
+TEST(PlanPredictionCli, PlanWithAProfileRecordsThePredictedStep) {
+  const std::string out = temp_path("prediction.plan.json");
+  const RunResult r = mfsdp(search_args(
+      out, {"--profile", profile_file(), "--microbatches", "2", "--compute-scale", "1", "-q"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json plan = json::parse(read_file(out));
+  const json& p = plan["prediction"];
+  EXPECT_EQ(p["profile"], "hand");
+  EXPECT_EQ(p["microbatches"], 2);
+  EXPECT_EQ(p["microbatch_samples"], 2);
+  EXPECT_EQ(p["compute_scale"], 1.0);
+  // As `show --predict` predicts the written plan, to the 0.001 ms the section keeps.
+  const RunResult shown =
+      mfsdp({"show", out, "--predict", "--profile", profile_file(), "--microbatches", "2",
+             "--compute-scale", "1", "--format", "json"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NEAR(p["step_ms"].get<double>(), json::parse(shown.out)["step_ms"].get<double>(), 0.002);
+  EXPECT_GT(p["memory_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(mfsdp({"validate", out}).exit_code, 0);
+  EXPECT_NE(mfsdp({"show", out}).out.find("\nprediction       step "), std::string::npos);
+  // Predicted times follow measured ones: the diff ignores them unless asked.
+  const std::string plain = temp_path("prediction.plain.plan.json");
+  ASSERT_EQ(mfsdp(search_args(plain, {"-q"})).exit_code, 0);
+  const RunResult ignored = mfsdp({"diff", plain, out, "--format", "json"});
+  EXPECT_EQ(ignored.exit_code, 0) << ignored.out;
+  const RunResult included = mfsdp({"diff", plain, out, "--include", "prediction"});
+  EXPECT_EQ(included.exit_code, 1);
+  EXPECT_NE(included.out.find("prediction"), std::string::npos) << included.out;
+  // Prediction flags need a profile to predict with.
+  const RunResult alone = mfsdp(search_args(plain, {"--microbatches", "2"}));
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("--microbatches is for predicting the step; add --profile"),
+            std::string::npos)
+      << alone.err;
 }
 
 }  // namespace

@@ -180,3 +180,26 @@ TEST(PlanCheck, TrainingValuesAreChecked) {
 
 }  // namespace
 }  // namespace mfsdp::schema
+
+namespace mfsdp::schema {
+namespace {
+
+TEST(PlanCheck, APredictionNeedsATraceAndTimesThatAddUp) {
+  Plan plan = sample_plan();
+  StepPrediction p;
+  p.profile = "probe";
+  p.optimizer = "lamb";
+  p.compute_ms = 10;
+  p.exposed_comm_ms = 2;
+  p.step_ms = 13;
+  plan.prediction = p;
+  EXPECT_EQ(check(plan),
+            (Lines{"prediction: is present without a trace; a step is predicted from the unit "
+                   "times a trace measures",
+                   "prediction.optimizer: is 'lamb', expected ['sgd', 'adam', 'adamw']",
+                   "prediction.step_ms: is not compute_ms + exposed_comm_ms + contention_ms "
+                   "(12.000 ms)"}));
+}
+
+}  // namespace
+}  // namespace mfsdp::schema

@@ -391,3 +391,54 @@ TEST(PlanJson, TrainingFromJsonChecksValuesAndNamesTheFile) {
 
 }  // namespace
 }  // namespace mfsdp::schema
+
+namespace mfsdp::schema {
+namespace {
+
+// The sample plan with a trace of its forward order and a predicted step.
+Plan predicted_plan() {
+  Plan plan = sample_plan();
+  Trace trace;
+  trace.inputs = {"2x8"};
+  for (const std::string& unit : plan.forward_order) {
+    UnitTime t;
+    t.unit = unit;
+    trace.times.push_back(t);
+  }
+  plan.trace = trace;
+  StepPrediction p;
+  p.profile = "probe";
+  p.microbatches = 2;
+  p.microbatch_samples = 4;
+  p.optimizer = "adamw";
+  p.compute_scale = 1.25;
+  p.compute_ms = 10.5;
+  p.exposed_comm_ms = 2.25;
+  p.contention_ms = 0.5;
+  p.step_ms = 13.25;
+  p.memory_bytes = 123456;
+  plan.prediction = p;
+  plan.training = Training{};
+  plan.training->steps = 3;
+  return plan;
+}
+
+TEST(PlanJson, APredictionIsWrittenAfterTheTraceAndReadBack) {
+  const std::string text = dump_plan(predicted_plan());
+  const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text);
+  const std::vector<std::string> order = keys(doc);
+  ASSERT_GE(order.size(), 3u);
+  EXPECT_EQ((std::vector<std::string>(order.end() - 3, order.end())),
+            (std::vector<std::string>{"trace", "prediction", "training"}));
+  const ParseResult parsed = parse_plan(json::parse(text));
+  EXPECT_EQ(problem_lines(parsed.problems), Lines{});
+  EXPECT_EQ(dump_plan(parsed.plan), text);
+  ASSERT_TRUE(parsed.plan.prediction.has_value());
+  EXPECT_EQ(*parsed.plan.prediction->memory_bytes, 123456);
+  json unknown = json::parse(text);
+  unknown["prediction"]["step_us"] = 1;
+  EXPECT_EQ(parse_problems(unknown), Lines{"prediction.step_us: unknown field"});
+}
+
+}  // namespace
+}  // namespace mfsdp::schema

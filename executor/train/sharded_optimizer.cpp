@@ -27,10 +27,31 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<at::Tensor> 
   fail(ExitCode::kUsage, "unknown optimizer '" + c.kind + "'; use sgd, adam or adamw");
 }
 
+namespace {
+
+// LibTorch's CPU Adam and AdamW step with addcmul, which has no float16 kernel there: the
+// first step would fail deep inside the optimizer. Said before training instead.
+const std::vector<at::Tensor>& updatable(const std::vector<at::Tensor>& params,
+                                         const OptimizerConfig& c) {
+  if (c.kind != "adam" && c.kind != "adamw") return params;
+  for (const at::Tensor& p : params) {
+    if (p.device().is_cpu() && p.scalar_type() == at::kHalf) {
+      fail(ExitCode::kUsage,
+           "the plan keeps parameters in float16, and LibTorch's " + c.kind +
+               " cannot update float16 tensors on the CPU; train them on a GPU, use "
+               "--optimizer sgd, or save the model in float32 or bfloat16 (mixed precision "
+               "then computes in --param-dtype float16 if you want it)");
+    }
+  }
+  return params;
+}
+
+}  // namespace
+
 ShardedOptimizer::ShardedOptimizer(Context& context, const OptimizerConfig& config)
     : context_(context),
       config_(config),
-      optimizer_(make_optimizer(context.sharded_parameters(), config)) {}
+      optimizer_(make_optimizer(updatable(context.sharded_parameters(), config), config)) {}
 
 void ShardedOptimizer::step() {
   context_.sync_gradients();

@@ -661,3 +661,32 @@ TEST(RunCli, TraceShowsEveryRanksComputeAndStreamsWithOverlappingGathers) {
 
 }  // namespace
 }  // namespace mfsdp::testing
+
+namespace mfsdp::testing {
+namespace {
+
+// mixed.pt keeps a float16 parameter: LibTorch's CPU Adam and AdamW have no float16 step, so
+// the run says so before training, and SGD trains it.
+TEST(RunCli, Float16ParametersUnderAdamOnTheCpuAreRefusedWithOneLine) {
+  const std::string plan = temp_path("mixed.plan.json");
+  ASSERT_EQ(
+      mfsdp({"plan", "tests/fixtures/mixed.pt", "--world-size", "2", "--auto", "-o", plan, "-q"})
+          .exit_code,
+      0);
+  const std::vector<std::string> run = {"run",       plan, "--data",         "synthetic",
+                                        "--seq-len", "7",  "--global-batch", "4",
+                                        "--steps",   "2",  "--master-port",  "0"};
+  const RunResult adamw = mfsdp(run);
+  EXPECT_EQ(adamw.exit_code, 2) << adamw.err;
+  EXPECT_NE(adamw.err.find("the plan keeps parameters in float16, and LibTorch's adamw cannot "
+                           "update float16 tensors on the CPU"),
+            std::string::npos)
+      << adamw.err;
+  std::vector<std::string> sgd = run;
+  sgd.insert(sgd.end(), {"--optimizer", "sgd"});
+  const RunResult trained = mfsdp(sgd);
+  EXPECT_EQ(trained.exit_code, 0) << trained.err;
+}
+
+}  // namespace
+}  // namespace mfsdp::testing

@@ -112,6 +112,11 @@ Examples:
   # Record training defaults for mfsdp run (its flags win), e.g. {"steps": 1000, "lr": 3e-4}:
   mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --training train.json
 
+  # Let mfsdp choose units, prefetch, resharding and streams for 8 H100s within 40 GiB a rank,
+  # from a trace on this CPU scaled by a measured ratio (docs/predict.md); --sweep lists all:
+  mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --trace-input 2x64:int64 \
+      --profile h100-nvlink --compute-scale 0.02 --optimize --memory-budget 40GiB
+
 Selectors: '*' matches one path segment, '**' any number; '<root>' (or '') is the model.
 Units register in flag order, then definition order within a glob (layers.9 before layers.10).
 Exit codes: 0 ok, 2 bad flags, 3 model cannot be loaded (or the traced step fails), 4 scope cannot

@@ -39,11 +39,11 @@ Examples:
   mfsdp show gpt.plan.json --format dot | dot -Tsvg -o gpt.plan.svg
 
   # Predict a step on a machine profiled by `mfsdp probe` (the plan needs --trace-input):
-  mfsdp show gpt.plan.json --predict --profile probe.json --microbatches 4
+  mfsdp show gpt-traced.plan.json --predict --profile probe.json --microbatches 4
   # ... on an 8x H100 NVLink node, the trace's CPU times scaled by a measured ratio:
-  mfsdp show gpt.plan.json --predict --profile h100-nvlink --compute-scale 0.02
+  mfsdp show gpt-traced.plan.json --predict --profile h100-nvlink --compute-scale 0.02
   # ... and compare with what a run measured (per-unit errors from its --trace):
-  mfsdp show gpt.plan.json --predict --profile probe.json --metrics m.jsonl --run-trace t.json
+  mfsdp show gpt-traced.plan.json --predict --profile probe.json --metrics m.jsonl --run-trace t.json
 
 A plan with problems is not shown: its problems go to stderr as 'FILE: json.path: what is
 wrong' (as in 'mfsdp validate') and the exit status is 1.

@@ -288,7 +288,8 @@ TEST_P(DocsTest, ExamplesRunAndPrintWhatTheyShow) {
 }
 
 // The `Examples:` of every command's --help, run in a scratch directory that holds what they
-// name: gpt.pt (the bundled example model), scope.json, train.json, and plans to compare.
+// name: gpt.pt (the bundled example model), scope.json, train.json, plans to compare (traced),
+// a traced plan gpt-traced.plan.json, a profile probe.json, and a run's m.jsonl and t.json.
 // Training runs are cut to 3 steps; commands with a `...` placeholder, for GPUs, other hosts
 // or torchrun, and pipes into programs this machine lacks, are left out.
 std::vector<std::string> help_examples(const std::string& command) {
@@ -349,9 +350,18 @@ TEST(HelpExamples, EveryCommandsExamplesRun) {
   std::ofstream(dir / "train.json") << R"({"steps": 3, "lr": 0.003})"
                                     << "\n";
   const std::string shell = "export PATH='" + kBinaryDir + "':\"$PATH\"\n";
+  // Traced plans, a profile and a short run's metrics and trace, for the prediction examples.
+  const std::string traced = " --trace-input 8x64:int64 --trace-repeats 1";
   const std::string setup =
-      "mfsdp plan gpt.pt --world-size 2 --unit 'layers.*' --unit '<root>' -o main.plan.json -q && "
-      "mfsdp plan gpt.pt --world-size 2 --unit layers.0 --unit '<root>' -o pr.plan.json -q && "
+      "mfsdp plan gpt.pt --world-size 2 --unit 'layers.*' --unit '<root>' -o main.plan.json -q" +
+      traced +
+      " && mfsdp plan gpt.pt --world-size 2 --unit layers.0 --unit '<root>' -o pr.plan.json -q" +
+      traced +
+      " && cp main.plan.json gpt-traced.plan.json && "
+      "mfsdp probe --sizes 4KiB..64KiB --repeats 3 --master-port 0 -o probe.json -q && "
+      "mfsdp run gpt-traced.plan.json --data examples/tiny_corpus.txt --seq-len 64 "
+      "--global-batch 16 --steps 3 --metrics m.jsonl --trace t.json --trace-steps 1 "
+      "--master-port 0 >/dev/null 2>&1 && "
       "cp main.plan.json a.json && cp pr.plan.json b.json && cp main.plan.json plans/gpt.plan.json "
       "&& cp main.plan.json " +
       tmp + "gpt.plan.json";

@@ -318,7 +318,7 @@ schema::Plan search(const PlanFlags& flags, const CLI::App& cmd, planner::Sharde
     }
     in.units.push_back({name, modules, std::vector<bool>(modules.size(), false)});
   };
-  add("blocks + model", blocks);
+  add(blocks.size() > 1 ? "blocks + model" : "model only", blocks);  // no ModuleList: the model
   add("model only", {0});
   for (size_t i = 0; i < in.units.size(); ++i) {
     if (in.units[i].modules == blocks) in.blocks = static_cast<int>(i);

@@ -19,6 +19,7 @@
 #include "cli/byte_size.h"
 #include "cli/command_line.h"
 #include "cli/diff_render.h"
+#include "cli/predict_flags.h"
 #include "cli/predict_report.h"
 #include "cli/whole_number.h"
 #include "schema/error.h"
@@ -37,8 +38,7 @@ struct DiffFlags {
   std::vector<std::string> include;
   std::vector<std::string> fail_on;
   bool quiet = false;
-  PredictRequest predict;  // with --profile: the predicted step of each plan
-  std::string microbatches;
+  PredictFlags prediction;  // with --profile: the predicted step of each plan
 };
 
 const char* kExamples = R"(
@@ -154,12 +154,8 @@ void run_diff(const DiffFlags& flags) {
   // Predicted before anything is printed, so that a plan that cannot be predicted fails
   // with one line instead of after a diff.
   std::optional<std::pair<PlanPrediction, PlanPrediction>> predicted;
-  if (!flags.predict.profile.empty()) {
-    PredictRequest request = flags.predict;
-    if (!flags.microbatches.empty()) {
-      request.microbatches =
-          whole_number(flags.microbatches, "--microbatches", 1, 1 << 20, "from 1 to 1048576");
-    }
+  if (!flags.prediction.profile.empty()) {
+    const PredictRequest request = predict_request(flags.prediction);
     const auto predict = [&](const schema::Plan& plan, const std::string& path) {
       try {
         return predict_plan(plan, request);
@@ -255,16 +251,15 @@ void add_diff_command(CLI::App& app) {
                   "units-changed (repeatable)")
       ->allow_extra_args(false);
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing; the exit status is the answer");
-  cmd->add_option("--profile", flags->predict.profile,
-                  "Also predict both plans' step on this machine profile (a file from mfsdp "
-                  "probe, or h100-nvlink, h200-nvlink, ib-400g; both plans need --trace-input; "
-                  "docs/predict.md)")
-      ->type_name("FILE|NAME");
-  cmd->add_option("--microbatches", flags->microbatches,
-                  "With --profile: microbatches per step (default: each plan's training "
-                  "defaults, else 1)")
-      ->type_name("N");
-  cmd->callback([flags] { run_diff(*flags); });
+  add_predict_flags(*cmd, flags->prediction, "With --profile: ");
+  cmd->callback([cmd, flags] {
+    for (const std::string& flag : predict_detail_flags()) {
+      if (cmd->count(flag) > 0 && flags->prediction.profile.empty()) {
+        fail(ExitCode::kUsage, flag + " is for predicting the step; add --profile");
+      }
+    }
+    run_diff(*flags);
+  });
 }
 
 }  // namespace mfsdp::cli

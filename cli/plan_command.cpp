@@ -20,6 +20,7 @@
 #include "cli/byte_size.h"
 #include "cli/plan_search.h"
 #include "cli/plan_summary.h"
+#include "cli/predict_flags.h"
 #include "cli/whole_number.h"
 #include "planner/scope_file.h"
 #include "planner/sharding_scope.h"
@@ -64,8 +65,8 @@ struct PlanFlags {
   bool json_summary = false;
   // The search (cli/plan_search.h).
   bool optimize = false, sweep = false;
-  std::string sweep_worlds, memory_budget, profile, microbatches, microbatch_size, optimizer;
-  std::string compute_scale;
+  std::string sweep_worlds, memory_budget;
+  PredictFlags prediction;
 };
 
 // OMP_NUM_THREADS as a whole number from 1 to 65536, else 0.
@@ -219,32 +220,6 @@ int trace_thread_count(int64_t given, const schema::Mesh& mesh) {
       1, usable_cores() / static_cast<int>(std::min<int64_t>(mesh.world_size, 65536)));
 }
 
-// The prediction flags of `mfsdp plan`, checked.
-PredictRequest predict_request(const PlanFlags& flags) {
-  PredictRequest request;
-  request.profile = flags.profile;
-  if (!flags.microbatches.empty()) {
-    request.microbatches =
-        whole_number(flags.microbatches, "--microbatches", 1, 1 << 20, "from 1 to 1048576");
-  }
-  if (!flags.microbatch_size.empty()) {
-    request.microbatch_size = whole_number(flags.microbatch_size, "--microbatch-size", 1,
-                                           int64_t{1} << 30, "from 1 to 1073741824");
-  }
-  if (!flags.optimizer.empty()) request.optimizer = flags.optimizer;
-  if (!flags.compute_scale.empty()) {
-    char* end = nullptr;
-    const double scale = std::strtod(flags.compute_scale.c_str(), &end);
-    if (end == flags.compute_scale.c_str() || *end != '\0' || !(scale > 0) ||
-        !std::isfinite(scale)) {
-      fail(ExitCode::kUsage,
-           "--compute-scale " + flags.compute_scale + " is not a number > 0 (e.g. 0.5)");
-    }
-    request.compute_scale = scale;
-  }
-  return request;
-}
-
 // The plan's `prediction` section, each time rounded to 0.001 ms.
 schema::StepPrediction predicted_step(const schema::Plan& plan, const PredictRequest& request) {
   const PlanPrediction p = predict_plan(plan, request);
@@ -288,7 +263,7 @@ schema::Plan search(const PlanFlags& flags, const CLI::App& cmd, planner::Sharde
                                " predicts each plan's step from the unit times a trace measures; "
                                "give --trace-input SHAPE (the run's per-rank microbatch)");
   }
-  if (flags.profile.empty()) {
+  if (flags.prediction.profile.empty()) {
     fail(ExitCode::kUsage, std::string(what) +
                                " needs --profile FILE|NAME: a file from mfsdp probe, or a "
                                "built-in (h100-nvlink, h200-nvlink, ib-400g)");
@@ -300,8 +275,8 @@ schema::Plan search(const PlanFlags& flags, const CLI::App& cmd, planner::Sharde
   in.policy = policy;
   in.trace_inputs = trace_inputs;
   in.trace_repeats = trace_repeats;
-  in.profile = schema::load_profile(flags.profile);
-  in.predict = predict_request(flags);
+  in.profile = schema::load_profile(flags.prediction.profile);
+  in.predict = predict_request(flags.prediction);
   if (cmd.count("--memory-budget")) {
     in.memory_budget = parse_bytes(flags.memory_budget, "--memory-budget");
   }
@@ -418,13 +393,12 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
       fail(ExitCode::kUsage, std::string(flag) + " is for --optimize or --sweep; add one");
     }
   }
-  for (const char* flag :
-       {"--microbatches", "--microbatch-size", "--optimizer", "--compute-scale"}) {
-    if (cmd.count(flag) > 0 && flags.profile.empty()) {
-      fail(ExitCode::kUsage, std::string(flag) + " is for predicting the step; add --profile");
+  for (const std::string& flag : predict_detail_flags()) {
+    if (cmd.count(flag) > 0 && flags.prediction.profile.empty()) {
+      fail(ExitCode::kUsage, flag + " is for predicting the step; add --profile");
     }
   }
-  if (!flags.profile.empty() && flags.trace_inputs.empty()) {
+  if (!flags.prediction.profile.empty() && flags.trace_inputs.empty()) {
     fail(ExitCode::kUsage,
          "--profile predicts the step from the unit times a trace measures; "
          "give --trace-input SHAPE (the run's per-rank microbatch)");
@@ -487,7 +461,8 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
 void write_plan(const PlanFlags& flags, const planner::ScopeFile& scope_file, schema::Plan plan) {
   plan.training =
       flags.training_file.empty() ? scope_file.training : read_training_file(flags.training_file);
-  if (!flags.profile.empty()) plan.prediction = predicted_step(plan, predict_request(flags));
+  if (!flags.prediction.profile.empty())
+    plan.prediction = predicted_step(plan, predict_request(flags.prediction));
   for (const auto& d : plan.diagnostics) {
     // A plan from the command line is run as the whole model: every parameter needs a unit.
     if (d.code == "ownership.unmanaged") {
@@ -607,25 +582,7 @@ void add_plan_command(CLI::App& app) {
                   "With --optimize: the most a rank may hold (sharded params, grads, optimizer "
                   "state, gathered slots, traced activations), e.g. 40GiB")
       ->type_name("SIZE");
-  cmd->add_option("--profile", flags->profile,
-                  "With --optimize/--sweep: the machine profile (a file from mfsdp probe, or "
-                  "h100-nvlink, h200-nvlink, ib-400g)")
-      ->type_name("FILE|NAME");
-  cmd->add_option("--microbatches", flags->microbatches,
-                  "With --optimize/--sweep: microbatches per step (default: --training's, else 1)")
-      ->type_name("N");
-  cmd->add_option("--microbatch-size", flags->microbatch_size,
-                  "With --optimize/--sweep: samples per microbatch per rank (default: the traced "
-                  "batch)")
-      ->type_name("N");
-  cmd->add_option("--compute-scale", flags->compute_scale,
-                  "With --optimize/--sweep: multiply the trace's compute times by this "
-                  "(default: the trace's reference matmul rate over the profile's)")
-      ->type_name("R");
-  cmd->add_option("--optimizer", flags->optimizer,
-                  "With --optimize/--sweep: the optimizer whose state and step count (default "
-                  "adamw)")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  add_predict_flags(*cmd, flags->prediction, "With --profile: ");
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing on success");
   cmd->add_flag("--json-summary", flags->json_summary,
                 "Print the summary as JSON on stdout instead of text on stderr");

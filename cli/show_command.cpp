@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/plan_report.h"
+#include "cli/predict_flags.h"
 #include "cli/predict_report.h"
 #include "cli/validate_command.h"
 #include "cli/whole_number.h"
@@ -23,8 +24,8 @@ struct ShowFlags {
   std::string plan;
   std::string format = "text";
   bool predict = false;
-  PredictRequest request;
-  std::string microbatches, microbatch_size, compute_scale, optimizer;
+  PredictFlags prediction;
+  std::string metrics_path, run_trace_path;
 };
 
 const char* kExamples = R"(
@@ -51,26 +52,9 @@ Exit codes: 0 shown, 1 the plan is invalid, 2 bad flags or not a plan file.
 )";
 
 void show_prediction(const schema::Plan& plan, const ShowFlags& flags) {
-  PredictRequest request = flags.request;
-  if (!flags.microbatches.empty()) {
-    request.microbatches =
-        whole_number(flags.microbatches, "--microbatches", 1, 1 << 20, "from 1 to 1048576");
-  }
-  if (!flags.microbatch_size.empty()) {
-    request.microbatch_size = whole_number(flags.microbatch_size, "--microbatch-size", 1,
-                                           int64_t{1} << 30, "from 1 to 1073741824");
-  }
-  if (!flags.compute_scale.empty()) {
-    char* end = nullptr;
-    const double scale = std::strtod(flags.compute_scale.c_str(), &end);
-    if (end == flags.compute_scale.c_str() || *end != '\0' || !(scale > 0) ||
-        !std::isfinite(scale)) {
-      fail(ExitCode::kUsage,
-           "--compute-scale " + flags.compute_scale + " is not a number > 0 (e.g. 0.5)");
-    }
-    request.compute_scale = scale;
-  }
-  if (!flags.optimizer.empty()) request.optimizer = flags.optimizer;
+  PredictRequest request = predict_request(flags.prediction);
+  request.metrics_path = flags.metrics_path;
+  request.run_trace_path = flags.run_trace_path;
   const PlanPrediction prediction = predict_plan(plan, request);
   if (flags.format == "json") {
     std::cout << prediction_json(prediction).dump(2) << "\n";
@@ -86,7 +70,7 @@ void check_predict_flags(const CLI::App& cmd, const ShowFlags& flags) {
       fail(ExitCode::kUsage, std::string(flag) + " is for --predict; add --predict");
     }
   }
-  if (flags.predict && flags.request.profile.empty()) {
+  if (flags.predict && flags.prediction.profile.empty()) {
     fail(ExitCode::kUsage,
          "--predict needs --profile FILE|NAME: a file from mfsdp probe, or a built-in "
          "(h100-nvlink, h200-nvlink, ib-400g; docs/predict.md#profiles)");
@@ -136,27 +120,11 @@ void add_show_command(CLI::App& app) {
   cmd->add_flag("--predict", flags->predict,
                 "Predict the plan's training step on a profiled machine instead "
                 "(docs/predict.md); needs --profile and a plan made with --trace-input");
-  cmd->add_option("--profile", flags->request.profile,
-                  "Machine profile: a file from mfsdp probe, or h100-nvlink, h200-nvlink, ib-400g")
-      ->type_name("FILE|NAME");
-  cmd->add_option("--microbatches", flags->microbatches,
-                  "Microbatches per step (default: the plan's training defaults, else 1)")
-      ->type_name("N");
-  cmd->add_option("--microbatch-size", flags->microbatch_size,
-                  "Samples per microbatch per rank (default: the plan's global batch split over "
-                  "ranks and microbatches, else the traced batch)")
-      ->type_name("N");
-  cmd->add_option("--compute-scale", flags->compute_scale,
-                  "Multiply the trace's compute times by this (default: the trace's reference "
-                  "matmul rate over the profile's)")
-      ->type_name("R");
-  cmd->add_option("--optimizer", flags->optimizer,
-                  "Optimizer whose step to count (default: the plan's, else adamw)")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
-  cmd->add_option("--metrics", flags->request.metrics_path,
+  add_predict_flags(*cmd, flags->prediction, "With --predict: ");
+  cmd->add_option("--metrics", flags->metrics_path,
                   "A run's --metrics file: report the measured step and the error")
       ->type_name("FILE");
-  cmd->add_option("--run-trace", flags->request.run_trace_path,
+  cmd->add_option("--run-trace", flags->run_trace_path,
                   "A run's --trace file: report measured per-unit times beside the predicted")
       ->type_name("FILE");
   cmd->callback([cmd, flags] {

@@ -211,7 +211,8 @@ schema::Training read_training_file(const std::string& path) {
   return schema::training_from_json(doc, path, "");
 }
 
-void write_plan(const PlanFlags& flags, const planner::ScopeFile& scope_file, schema::Plan plan);
+void write_plan(const PlanFlags& flags, const std::optional<schema::Training>& training,
+                schema::Plan plan);
 
 int trace_thread_count(int64_t given, const schema::Mesh& mesh) {
   if (given > 0) return static_cast<int>(given);
@@ -252,10 +253,22 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
+// A plan from the command line is run as the whole model: every parameter needs a unit.
+void check_whole_model(const schema::Plan& plan) {
+  for (const auto& d : plan.diagnostics) {
+    if (d.code == "ownership.unmanaged") {
+      fail(ExitCode::kPlanning, "mfsdp plan covers the whole model, but " +
+                                    d.message.substr(0, d.message.find(", so ")) +
+                                    "; add a unit that contains them, e.g. --unit '<root>'");
+    }
+  }
+}
+
 // --optimize and --sweep: the plans tried, the table and the choice printed; returns the plan
 // to write (the chosen one, or with --sweep alone the user's).
 schema::Plan search(const PlanFlags& flags, const CLI::App& cmd, planner::ShardedModel& model,
-                    const schema::Mesh& mesh, const schema::Policy& policy, UnitChoice yours,
+                    const schema::Mesh& mesh, const schema::Policy& policy,
+                    const std::optional<schema::Training>& training, UnitChoice yours,
                     const std::vector<planner::TraceInput>& trace_inputs, int trace_repeats) {
   const char* what = flags.optimize ? "--optimize" : "--sweep";
   if (trace_inputs.empty()) {
@@ -275,6 +288,8 @@ schema::Plan search(const PlanFlags& flags, const CLI::App& cmd, planner::Sharde
   in.policy = policy;
   in.trace_inputs = trace_inputs;
   in.trace_repeats = trace_repeats;
+  in.training = training;
+  in.check_yours = check_whole_model;
   in.profile = schema::load_profile(flags.prediction.profile);
   in.predict = predict_request(flags.prediction);
   if (cmd.count("--memory-budget")) {
@@ -431,13 +446,15 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
                                                     : planner::select_units(model.ir(), selectors);
   const std::vector<bool> checkpoint =
       planner::checkpointed_units(model.ir(), modules, selectors, checkpoint_selectors(flags));
+  const std::optional<schema::Training> training =
+      flags.training_file.empty() ? scope_file.training : read_training_file(flags.training_file);
   const bool searching = flags.optimize || flags.sweep;
   if (searching) {
     // The threads a rank of this plan gets from mfsdp run on one node, unless told.
     planner::set_compute_threads(trace_thread_count(trace_threads, mesh));
     UnitChoice yours{flags.auto_units ? "blocks + model" : "yours", modules, checkpoint};
-    write_plan(flags, scope_file,
-               search(flags, cmd, model, mesh, policy, yours, trace_inputs,
+    write_plan(flags, training,
+               search(flags, cmd, model, mesh, policy, training, yours, trace_inputs,
                       static_cast<int>(trace_repeats)));
     return;
   }
@@ -453,23 +470,17 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
     scope.use_trace(planner::trace_units(flags.model, unit_paths, trace_inputs, policy.param_dtype,
                                          checkpoint, static_cast<int>(trace_repeats)));
   }
-  write_plan(flags, scope_file, scope.finalize());
+  write_plan(flags, training, scope.finalize());
 }
 
 // Writes `plan` with its training defaults (and, with --profile, its predicted step) and
 // prints the summary.
-void write_plan(const PlanFlags& flags, const planner::ScopeFile& scope_file, schema::Plan plan) {
-  plan.training =
-      flags.training_file.empty() ? scope_file.training : read_training_file(flags.training_file);
-  if (!flags.prediction.profile.empty())
+void write_plan(const PlanFlags& flags, const std::optional<schema::Training>& training,
+                schema::Plan plan) {
+  plan.training = training;
+  check_whole_model(plan);
+  if (!flags.prediction.profile.empty()) {
     plan.prediction = predicted_step(plan, predict_request(flags.prediction));
-  for (const auto& d : plan.diagnostics) {
-    // A plan from the command line is run as the whole model: every parameter needs a unit.
-    if (d.code == "ownership.unmanaged") {
-      fail(ExitCode::kPlanning, "mfsdp plan covers the whole model, but " +
-                                    d.message.substr(0, d.message.find(", so ")) +
-                                    "; add a unit that contains them, e.g. --unit '<root>'");
-    }
   }
 
   const std::string output = flags.output.empty() ? default_output(flags.model) : flags.output;

@@ -46,7 +46,9 @@ schema::Plan plan_of(const SearchInput& in, const UnitChoice& units, const schem
     scope.fully_shard(model.ir().modules[units.modules[u]].path, {units.checkpoint[u]});
   }
   scope.use_trace(trace);
-  return scope.finalize();
+  schema::Plan plan = scope.finalize();
+  plan.training = in.training;
+  return plan;
 }
 
 std::string ms_text(double ms) {
@@ -84,6 +86,7 @@ SearchResult search_plans(const SearchInput& in) {
       candidate.units = units.name;
       candidate.policy = policy;
       candidate.plan = plan_of(in, units, in.mesh, policy, traces.at(static_cast<int>(c)));
+      if (c == 0 && in.check_yours) in.check_yours(candidate.plan);
       if (!covers_whole_model(candidate.plan)) break;  // not a plan mfsdp run can train
       const PlanPrediction p = predict_plan(candidate.plan, in.profile, in.predict);
       candidate.step_ms = p.prediction.step_us / 1000;

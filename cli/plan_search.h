@@ -5,6 +5,7 @@
 // traced once per set of units, predicted on a profile and weighed by the memory a rank holds.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -37,6 +38,9 @@ struct SearchInput {
   schema::Profile profile;
   PredictRequest predict;  // microbatches, microbatch size, optimizer, compute scale
   std::optional<int64_t> memory_budget;
+  std::optional<schema::Training> training;  // every plan's: its defaults feed the prediction
+  // Called with each plan of the user's units; throws when mfsdp plan would refuse it.
+  std::function<void(const schema::Plan&)> check_yours;
   // --sweep-world: the chosen plan (else the user's) again at each of these world sizes, with
   // the same per-rank microbatch.
   std::vector<int64_t> sweep_worlds;

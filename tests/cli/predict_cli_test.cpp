@@ -222,6 +222,14 @@ TEST(PlanSearchCli, RefusesASearchItCannotPredict) {
   refused(search_args(out, {"--optimize"}), "--optimize needs --profile FILE|NAME");
   refused(search_args(out, {"--memory-budget", "1GiB"}),
           "--memory-budget is for --optimize or --sweep");
+  // Units that leave parameters out are refused as without --optimize, not searched around.
+  const RunResult partial =
+      mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
+             "--trace-input", "2x16:int64", "--trace-repeats", "1", "--optimize", "--profile",
+             profile_file(), "-o", out});
+  EXPECT_EQ(partial.exit_code, 4) << partial.err;
+  EXPECT_NE(partial.err.find("mfsdp plan covers the whole model, but"), std::string::npos)
+      << partial.err;
 }
 
 }  // namespace

@@ -144,10 +144,16 @@ void read_run_trace(const std::string& path, Measured& into) {
     return s.compare(0, prefix.size(), prefix) == 0;
   };
   for (const json& e : events) {
-    if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("dur")) continue;
-    const std::string name = e.value("name", "");
+    // Spans only, with the fields a run's trace gives them; anything else is not ours.
+    if (!e.is_object() || !e.contains("ph") || e["ph"] != "X" || !e.contains("dur") ||
+        !e["dur"].is_number() || !e.contains("name") || !e["name"].is_string()) {
+      continue;
+    }
+    const std::string name = e["name"].get<std::string>();
     const double d = e["dur"].get<double>() / 1000;
-    if (starts(name, "step ")) ++steps[e.value("pid", int64_t{0})];
+    const int64_t pid =
+        e.contains("pid") && e["pid"].is_number_integer() ? e["pid"].get<int64_t>() : 0;
+    if (starts(name, "step ")) ++steps[pid];
     if (starts(name, "forward ")) sums[name.substr(8)].forward_ms += d;
     if (starts(name, "backward ")) sums[name.substr(9)].backward_ms += d;
     if (starts(name, "wait for all-gather of ")) sums[name.substr(23)].wait_ms += d;

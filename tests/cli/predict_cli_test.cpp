@@ -1,6 +1,8 @@
 // `mfsdp show --predict` and `mfsdp diff --profile` as a user runs them: a plan traced by the
 // real binary, a profile written by hand, and the prediction's figures checked against the
 // plan's own trace times and the profile's costs.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -14,10 +16,16 @@ namespace {
 
 using nlohmann::json;
 
-// tied_lm traced on batches of 2, planned for 2 ranks (once per test binary).
+// A file of this process: ctest runs the tests of this binary in processes of their own, at
+// the same time, and a file they shared could be rewritten while another reads it.
+std::string own_path(const std::string& name) {
+  return temp_path(std::to_string(::getpid()) + "." + name);
+}
+
+// tied_lm traced on batches of 2, planned for 2 ranks (once per process).
 const std::string& traced_plan() {
   static const std::string path = [] {
-    const std::string p = temp_path("predict.tied_lm.plan.json");
+    const std::string p = own_path("predict.tied_lm.plan.json");
     const RunResult r = mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit",
                                "layers.*", "--unit", "<root>", "--trace-input", "2x16:int64",
                                "--trace-repeats", "1", "-o", p, "-q"});
@@ -30,7 +38,7 @@ const std::string& traced_plan() {
 // All-gathers 100 us + 1 us per KB, reduce-scatters 50 us + 1 us per 2 KB, AdamW 2 ns an
 // element, no contention.
 std::string profile_file() {
-  const std::string path = temp_path("predict.profile.json");
+  const std::string path = own_path("predict.profile.json");
   std::ofstream(path) << R"({"schema": "mfsdp.profile/1", "name": "hand", "description": "test",
     "backend": "gloo", "device": "cpu", "collectives": [
       {"kind": "all_gather", "world_size": 2, "latency_us": 100, "bytes_per_us": 1000},

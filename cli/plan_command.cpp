@@ -46,6 +46,7 @@ struct PlanFlags {
   std::vector<std::string> unit_types;
   std::vector<std::string> checkpoint_globs;
   std::vector<std::string> checkpoint_types;
+  std::vector<std::string> keep_globs;
   bool auto_units = false;
   std::string scope_file;
   std::string param_dtype;
@@ -103,6 +104,10 @@ Examples:
   mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --checkpoint 'layers.*' \
       --trace-input 2x64:int64
 
+  # Keep the last block (of 4 here) gathered from its forward to its backward, saving its
+  # backward all-gather (FSDP2's per-module reshard_after_forward=False):
+  mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --keep-after-forward 'layers.3'
+
   # A long scope kept in a file (format: docs/cli.md):
   mfsdp plan gpt.pt --scope scope.json
 
@@ -117,6 +122,9 @@ Examples:
   # from a trace on this CPU scaled by a measured ratio (docs/predict.md); --sweep lists all:
   mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --trace-input 2x64:int64 \
       --profile h100-nvlink --compute-scale 0.02 --optimize --memory-budget 40GiB
+
+  # Without a trace: the plan with the fewest collectives that fits 40 GiB (activations aside):
+  mfsdp plan gpt.pt --world-size 8 --auto --optimize --memory-budget 40GiB
 
 Selectors: '*' matches one path segment, '**' any number; '<root>' (or '') is the model.
 Units register in flag order, then definition order within a glob (layers.9 before layers.10).
@@ -157,6 +165,16 @@ std::vector<planner::UnitSelector> checkpoint_selectors(const PlanFlags& flags) 
   for (const std::string& type : flags.checkpoint_types) {
     out.emplace_back(planner::UnitSelector::Kind::kType, type);
     out.back().flag = "--checkpoint-type";
+  }
+  return out;
+}
+
+// --keep-after-forward, for planner::unit_reshard_after_forward.
+std::vector<planner::UnitSelector> keep_selectors(const PlanFlags& flags) {
+  std::vector<planner::UnitSelector> out;
+  for (const std::string& glob : flags.keep_globs) {
+    out.emplace_back(planner::UnitSelector::Kind::kPath, glob);
+    out.back().flag = "--keep-after-forward";
   }
   return out;
 }
@@ -270,69 +288,43 @@ schema::Plan search(const PlanFlags& flags, const CLI::App& cmd, planner::Sharde
                     const schema::Mesh& mesh, const schema::Policy& policy,
                     const std::optional<schema::Training>& training, UnitChoice yours,
                     const std::vector<planner::TraceInput>& trace_inputs, int trace_repeats) {
-  const char* what = flags.optimize ? "--optimize" : "--sweep";
-  if (trace_inputs.empty()) {
-    fail(ExitCode::kUsage, std::string(what) +
-                               " predicts each plan's step from the unit times a trace measures; "
-                               "give --trace-input SHAPE (the run's per-rank microbatch)");
-  }
-  if (flags.prediction.profile.empty()) {
-    fail(ExitCode::kUsage, std::string(what) +
-                               " needs --profile FILE|NAME: a file from mfsdp probe, or a "
-                               "built-in (h100-nvlink, h200-nvlink, ib-400g)");
-  }
   SearchInput in;
+  if (cmd.count("--memory-budget")) {
+    in.memory_budget = parse_bytes(flags.memory_budget, "--memory-budget");
+  }
+  if (trace_inputs.empty() && flags.optimize && !in.memory_budget) {
+    fail(ExitCode::kUsage,
+         "--optimize without --trace-input chooses by memory alone and needs --memory-budget "
+         "SIZE; or give --trace-input SHAPE and --profile P to predict each plan's step");
+  }
+  if (!trace_inputs.empty() && flags.prediction.profile.empty()) {
+    fail(ExitCode::kUsage, std::string(flags.optimize ? "--optimize" : "--sweep") +
+                               " needs --profile FILE|NAME to predict the traced plans: a file "
+                               "from mfsdp probe, or a built-in (h100-nvlink, h200-nvlink, "
+                               "ib-400g)");
+  }
   in.model = &model;
   in.model_path = flags.model;
   in.mesh = mesh;
   in.policy = policy;
+  in.yours = std::move(yours);
   in.trace_inputs = trace_inputs;
   in.trace_repeats = trace_repeats;
   in.training = training;
   in.check_yours = check_whole_model;
-  in.profile = schema::load_profile(flags.prediction.profile);
-  in.predict = predict_request(flags.prediction);
-  if (cmd.count("--memory-budget")) {
-    in.memory_budget = parse_bytes(flags.memory_budget, "--memory-budget");
+  if (!flags.prediction.profile.empty()) {
+    in.profile = schema::load_profile(flags.prediction.profile);
+    in.predict = predict_request(flags.prediction);
   }
   for (const std::string& item : split_list(flags.sweep_worlds)) {
     in.sweep_worlds.push_back(
         whole_number(item, "--sweep-world", 1, schema::kMaxWorldSize, schema::world_size_range()));
   }
-  // The units tried: yours, every ModuleList element plus the model, the model alone.
-  in.units.push_back(std::move(yours));
-  const std::vector<int> blocks = planner::auto_units(model.ir());
-  const auto add = [&](const std::string& name, const std::vector<int>& modules) {
-    for (const UnitChoice& u : in.units) {
-      if (u.modules == modules) return;
-    }
-    in.units.push_back({name, modules, std::vector<bool>(modules.size(), false)});
-  };
-  add(blocks.size() > 1 ? "blocks + model" : "model only", blocks);  // no ModuleList: the model
-  add("model only", {0});
-  for (size_t i = 0; i < in.units.size(); ++i) {
-    if (in.units[i].modules == blocks) in.blocks = static_cast<int>(i);
-  }
-
-  const SearchResult result = search_plans(in);
-  if (flags.sweep) {
-    print_sweep(std::cout, result, in.memory_budget);
-    print_worlds(std::cout, result);
-    std::cout << std::flush;
-  }
-  if (!flags.optimize) return result.candidates[result.yours].plan;
-  if (result.chosen < 0) {
-    const auto smallest = std::min_element(
-        result.candidates.begin(), result.candidates.end(),
-        [](const Candidate& a, const Candidate& b) { return a.memory_bytes < b.memory_bytes; });
-    fail(ExitCode::kPlanning, "no plan tried fits --memory-budget " +
-                                  format_bytes(*in.memory_budget) + " per rank; the smallest (" +
-                                  smallest->label() + ") needs " +
-                                  format_bytes(smallest->memory_bytes) +
-                                  "; raise the budget, add ranks, or trace a smaller microbatch");
-  }
-  if (!flags.quiet && !flags.json_summary) print_choice(std::cerr, result, in.memory_budget);
-  return result.candidates[result.chosen].plan;
+  SearchMode mode;
+  mode.optimize = flags.optimize;
+  mode.sweep = flags.sweep;
+  mode.print_choice = !flags.quiet && !flags.json_summary;
+  return choose_plan(in, mode, std::cout, std::cerr);
 }
 
 void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
@@ -446,13 +438,15 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
                                                     : planner::select_units(model.ir(), selectors);
   const std::vector<bool> checkpoint =
       planner::checkpointed_units(model.ir(), modules, selectors, checkpoint_selectors(flags));
+  const std::vector<std::optional<bool>> reshard =
+      planner::unit_reshard_after_forward(model.ir(), modules, selectors, keep_selectors(flags));
   const std::optional<schema::Training> training =
       flags.training_file.empty() ? scope_file.training : read_training_file(flags.training_file);
   const bool searching = flags.optimize || flags.sweep;
   if (searching) {
     // The threads a rank of this plan gets from mfsdp run on one node, unless told.
     planner::set_compute_threads(trace_thread_count(trace_threads, mesh));
-    UnitChoice yours{flags.auto_units ? "blocks + model" : "yours", modules, checkpoint};
+    UnitChoice yours{flags.auto_units ? "blocks + model" : "yours", modules, checkpoint, reshard};
     write_plan(flags, training,
                search(flags, cmd, model, mesh, policy, training, yours, trace_inputs,
                       static_cast<int>(trace_repeats)));
@@ -460,7 +454,10 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   }
   planner::ShardingScope scope(model, mesh, policy);
   for (size_t u = 0; u < modules.size(); ++u) {
-    scope.fully_shard(model.ir().modules[modules[u]].path, {checkpoint[u]});
+    planner::UnitOptions options;
+    options.checkpoint = checkpoint[u];
+    options.reshard_after_forward = reshard[u];
+    scope.fully_shard(model.ir().modules[modules[u]].path, options);
   }
   if (!trace_inputs.empty()) {
     std::vector<std::string> unit_paths;
@@ -521,6 +518,11 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--checkpoint-type", flags->checkpoint_types,
                   "Activation checkpointing for every unit of this class (repeatable)")
       ->allow_extra_args(false);
+  cmd->add_option("--keep-after-forward", flags->keep_globs,
+                  "Keep the units matching this path glob gathered from their forward to their "
+                  "backward (FSDP2's per-module reshard_after_forward=False): one all-gather "
+                  "less each, more memory (repeatable)")
+      ->allow_extra_args(false);
   cmd->add_flag("--auto", flags->auto_units,
                 "fully_shard every element of every ModuleList, then the model");
   cmd->add_option("--scope", flags->scope_file,
@@ -579,9 +581,11 @@ void add_plan_command(CLI::App& app) {
                   "docs/plan-format.md#training), written into the plan; run's flags win")
       ->allow_extra_args(false);
   cmd->add_flag("--optimize", flags->optimize,
-                "Try other units (every block + the model, the model alone) and policies "
-                "(prefetch 0-2, resharding, streams), predict each on --profile, and write the "
-                "fastest that fits --memory-budget (needs --trace-input; docs/predict.md)");
+                "Try other units (every block + the model, with none, half or every block "
+                "checkpointed; the model alone) and policies (prefetch 0-2, streams, how many "
+                "units stay gathered for backward), predict each on --profile, and write the "
+                "fastest that fits --memory-budget; without --trace-input, the one with the "
+                "fewest collectives that fits (docs/predict.md)");
   cmd->add_flag("--sweep", flags->sweep,
                 "Print every plan --optimize tries: memory per rank, predicted step, the "
                 "Pareto front (writes your plan unless --optimize)");

@@ -6,49 +6,121 @@
 
 #include "cli/byte_size.h"
 #include "planner/sharding_scope.h"
+#include "planner/unit_selector.h"
 #include "schema/error.h"
 
 namespace mfsdp::cli {
 namespace {
-
-// Every policy tried for a set of units, the user's first; the rest keep the user's dtypes,
-// alignment and resident budget.
-std::vector<schema::Policy> policies(const schema::Policy& yours) {
-  std::vector<schema::Policy> out = {yours};
-  for (int64_t prefetch : {0, 1, 2}) {
-    for (bool reshard : {true, false}) {
-      for (bool unified : {false, true}) {
-        schema::Policy p = yours;
-        p.forward_prefetch = p.backward_prefetch = prefetch;
-        p.reshard_after_forward = reshard;
-        p.unified_stream = unified;
-        const bool same = p.forward_prefetch == yours.forward_prefetch &&
-                          p.backward_prefetch == yours.backward_prefetch &&
-                          p.reshard_after_forward == yours.reshard_after_forward &&
-                          p.unified_stream == yours.unified_stream;
-        if (!same) out.push_back(p);
-      }
-    }
-  }
-  return out;
-}
 
 bool covers_whole_model(const schema::Plan& plan) {
   return std::none_of(plan.diagnostics.begin(), plan.diagnostics.end(),
                       [](const schema::Diagnostic& d) { return d.code == "ownership.unmanaged"; });
 }
 
-schema::Plan plan_of(const SearchInput& in, const UnitChoice& units, const schema::Mesh& mesh,
-                     const schema::Policy& policy, const planner::TracedRun& trace) {
+// The unit's name in a plan: its module path, or <root> for the model.
+std::string unit_name(const planner::ShardedModel& model, int module) {
+  const std::string& path = model.ir().modules[module].path;
+  return path.empty() ? schema::kRootName : path;
+}
+
+schema::Plan plan_of(const SearchInput& in, const UnitChoice& units,
+                     const std::vector<std::optional<bool>>& reshard, const schema::Mesh& mesh,
+                     const schema::Policy& policy, const planner::TracedRun* trace) {
   planner::ShardedModel model = *in.model;  // a fresh copy: its units are this plan's
   planner::ShardingScope scope(model, mesh, policy);
   for (size_t u = 0; u < units.modules.size(); ++u) {
-    scope.fully_shard(model.ir().modules[units.modules[u]].path, {units.checkpoint[u]});
+    planner::UnitOptions options;
+    options.checkpoint = units.checkpoint[u];
+    if (u < reshard.size()) options.reshard_after_forward = reshard[u];
+    scope.fully_shard(model.ir().modules[units.modules[u]].path, options);
   }
-  scope.use_trace(trace);
+  if (trace) scope.use_trace(*trace);
   schema::Plan plan = scope.finalize();
   plan.training = in.training;
   return plan;
+}
+
+// The units tried: yours; every ModuleList element plus the model (FSDP2's habit) with no
+// block, the first half of the blocks or every block checkpointed (with a trace, which
+// measures what that saves and costs); the model alone.
+std::vector<UnitChoice> unit_choices(const SearchInput& in, int& blocks_choice) {
+  std::vector<UnitChoice> out = {in.yours};
+  out[0].checkpoint.resize(out[0].modules.size(), false);
+  out[0].reshard_after_forward.resize(out[0].modules.size());
+  const auto add = [&](const std::string& name, const std::vector<int>& modules,
+                       const std::vector<bool>& checkpoint) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i].modules == modules && out[i].checkpoint == checkpoint &&
+          std::none_of(out[i].reshard_after_forward.begin(), out[i].reshard_after_forward.end(),
+                       [](const std::optional<bool>& r) { return r.has_value(); })) {
+        return static_cast<int>(i);
+      }
+    }
+    out.push_back({name, modules, checkpoint, std::vector<std::optional<bool>>(modules.size())});
+    return static_cast<int>(out.size() - 1);
+  };
+  const planner::ModelIR& ir = in.model->ir();
+  const std::vector<int> blocks = planner::auto_units(ir);  // the elements, then the model
+  const size_t n = blocks.size() - 1;
+  blocks_choice =
+      add(n > 0 ? "blocks + model" : "model only", blocks, std::vector<bool>(blocks.size(), false));
+  // A checkpointed unit may hold no other unit: lists nested in a block rule it out.
+  bool flat = n > 1;
+  for (size_t a = 0; a < n && flat; ++a) {
+    for (size_t b = 0; b < n && flat; ++b) {
+      if (a != b && ir.contains(blocks[a], blocks[b])) flat = false;
+    }
+  }
+  if (flat && !in.trace_inputs.empty()) {
+    const size_t half = (n + 1) / 2;
+    if (half < n) {
+      std::vector<bool> first_half(blocks.size(), false);
+      std::fill(first_half.begin(), first_half.begin() + static_cast<std::ptrdiff_t>(half), true);
+      add("blocks + model, " + std::to_string(half) + " of " + std::to_string(n) +
+              " blocks checkpointed",
+          blocks, first_half);
+    }
+    std::vector<bool> every(blocks.size(), true);
+    every.back() = false;  // the model holds the blocks
+    add("blocks + model, every block checkpointed", blocks, every);
+  }
+  add("model only", {0}, {false});
+  return out;
+}
+
+// How many units, counted from the start of backward, a plan keeps gathered after forward:
+// 0 (backward's first unit is kept anyway), 2, 3, 5, 9, ... and all of them.
+std::vector<int> keep_counts(int gathered) {
+  std::vector<int> out = {0};
+  for (int k = 2; k < gathered; k = 2 * k - 1) out.push_back(k);
+  if (gathered > 1) out.push_back(gathered);
+  return out;
+}
+
+// Per unit of `units`, false for the first `k` of `plan`'s backward order, else unset.
+std::vector<std::optional<bool>> keep_first_in_backward(const SearchInput& in,
+                                                        const UnitChoice& units,
+                                                        const schema::Plan& plan, int k) {
+  std::vector<std::optional<bool>> out(units.modules.size());
+  for (int i = 0; i < k && i < static_cast<int>(plan.backward_order.size()); ++i) {
+    for (size_t u = 0; u < units.modules.size(); ++u) {
+      if (unit_name(*in.model, units.modules[u]) == plan.backward_order[i]) out[u] = false;
+    }
+  }
+  return out;
+}
+
+int64_t collective_count(const schema::Plan& plan) {
+  int64_t n = 0;
+  for (const schema::ScheduleEntry& e : plan.schedule) {
+    n += static_cast<int64_t>(e.all_gather.size() + e.reduce_scatter.size());
+  }
+  return n;
+}
+
+std::string optimizer_of(const SearchInput& in) {
+  if (in.predict.optimizer) return *in.predict.optimizer;
+  return in.training && in.training->optimizer ? *in.training->optimizer : "adamw";
 }
 
 std::string ms_text(double ms) {
@@ -66,66 +138,131 @@ std::string percent_text(double now, double before) {
 }  // namespace
 
 std::string Candidate::label() const {
-  return units + ", prefetch " + std::to_string(policy.forward_prefetch) +
-         (policy.reshard_after_forward ? ", reshard" : ", keep") +
+  std::string keep = "reshard";
+  if (kept == gathered) {
+    keep = "keep";
+  } else if (kept > 1) {
+    keep = "keep " + std::to_string(kept) + " of " + std::to_string(gathered);
+  }
+  return units + ", prefetch " + std::to_string(policy.forward_prefetch) + ", " + keep +
          (policy.unified_stream ? ", 1 stream" : ", 2 streams");
 }
 
 SearchResult search_plans(const SearchInput& in) {
   SearchResult result;
-  std::map<int, planner::TracedRun> traces;  // by UnitChoice index
-  for (size_t c = 0; c < in.units.size(); ++c) {
-    const UnitChoice& units = in.units[c];
-    std::vector<std::string> paths;
-    for (int m : units.modules) paths.push_back(in.model->ir().modules[m].path);
-    traces.emplace(static_cast<int>(c),
-                   planner::trace_units(in.model_path, paths, in.trace_inputs,
-                                        in.policy.param_dtype, units.checkpoint, in.trace_repeats));
-    for (const schema::Policy& policy : policies(in.policy)) {
-      Candidate candidate;
-      candidate.units = units.name;
-      candidate.policy = policy;
-      candidate.plan = plan_of(in, units, in.mesh, policy, traces.at(static_cast<int>(c)));
-      if (c == 0 && in.check_yours) in.check_yours(candidate.plan);
-      if (!covers_whole_model(candidate.plan)) break;  // not a plan mfsdp run can train
-      const PlanPrediction p = predict_plan(candidate.plan, in.profile, in.predict);
+  result.predicted = !in.trace_inputs.empty();
+  int blocks = -1;
+  const std::vector<UnitChoice> choices = unit_choices(in, blocks);
+  const std::string optimizer = optimizer_of(in);
+  std::map<size_t, planner::TracedRun> traces;  // by choice
+  const auto trace_of = [&](size_t c) -> const planner::TracedRun* {
+    const auto it = traces.find(c);
+    return it == traces.end() ? nullptr : &it->second;
+  };
+  const auto consider = [&](size_t c, const schema::Policy& policy,
+                            const std::vector<std::optional<bool>>& reshard) {
+    const UnitChoice& units = choices[c];
+    Candidate candidate;
+    candidate.units = units.name;
+    candidate.choice = c;
+    candidate.policy = policy;
+    candidate.reshard_after_forward = reshard;
+    candidate.plan = plan_of(in, units, reshard, in.mesh, policy, trace_of(c));
+    if (c == 0 && in.check_yours) in.check_yours(candidate.plan);
+    if (!covers_whole_model(candidate.plan)) return false;  // not a plan mfsdp run can train
+    for (const schema::Unit& u : candidate.plan.units) {
+      if (u.call_count > 0) ++candidate.gathered;
+      if (u.kept_after_forward) ++candidate.kept;
+    }
+    candidate.collectives = collective_count(candidate.plan);
+    if (result.predicted) {
+      const PlanPrediction p = predict_plan(candidate.plan, *in.profile, in.predict);
       candidate.step_ms = p.prediction.step_us / 1000;
       candidate.exposed_ms = p.prediction.exposed_comm_us / 1000;
-      const std::optional<int64_t> memory =
-          rank_memory_bytes(candidate.plan, p.optimizer, p.model.microbatch_samples);
-      candidate.memory_bytes = memory.value_or(0);
-      candidate.fits = !in.memory_budget || candidate.memory_bytes <= *in.memory_budget;
-      const bool same_as_tried =
-          std::any_of(result.candidates.begin(), result.candidates.end(), [&](const Candidate& o) {
-            return o.units == candidate.units && o.step_ms == candidate.step_ms &&
-                   o.memory_bytes == candidate.memory_bytes;
-          });
-      const bool fsdp2 = static_cast<int>(c) == in.blocks && policy.forward_prefetch == 1 &&
-                         policy.backward_prefetch == 1 && policy.reshard_after_forward &&
-                         !policy.unified_stream;
-      // A policy that changes nothing for these units (prefetch with one unit) is not listed
-      // twice; the user's plan and the FSDP2-like default always are.
-      if (same_as_tried && !fsdp2 && !result.candidates.empty()) continue;
-      if (fsdp2 && result.fsdp2_default < 0) {
-        result.fsdp2_default = static_cast<int>(result.candidates.size());
+      candidate.memory_bytes =
+          rank_memory_bytes(candidate.plan, p.optimizer, p.model.microbatch_samples).value_or(0);
+    } else {
+      candidate.memory_bytes = rank_state_bytes(candidate.plan, optimizer);
+    }
+    candidate.fits = !in.memory_budget || candidate.memory_bytes <= *in.memory_budget;
+    const bool fsdp2 = static_cast<int>(c) == blocks && policy.forward_prefetch == 1 &&
+                       policy.backward_prefetch == 1 && candidate.kept <= 1 &&
+                       !policy.unified_stream;
+    // A choice that changes nothing for these units (prefetch with one unit) is listed once.
+    const auto same =
+        std::find_if(result.candidates.begin(), result.candidates.end(), [&](const Candidate& o) {
+          return o.units == candidate.units && o.step_ms == candidate.step_ms &&
+                 o.memory_bytes == candidate.memory_bytes &&
+                 o.collectives == candidate.collectives && o.kept == candidate.kept;
+        });
+    const int at = same == result.candidates.end()
+                       ? static_cast<int>(result.candidates.size())
+                       : static_cast<int>(same - result.candidates.begin());
+    if (fsdp2 && result.fsdp2_default < 0) result.fsdp2_default = at;
+    if (same == result.candidates.end()) result.candidates.push_back(std::move(candidate));
+    return true;
+  };
+
+  for (size_t c = 0; c < choices.size(); ++c) {
+    const UnitChoice& units = choices[c];
+    if (result.predicted) {
+      std::vector<std::string> paths;
+      for (int m : units.modules) paths.push_back(in.model->ir().modules[m].path);
+      traces.emplace(
+          c, planner::trace_units(in.model_path, paths, in.trace_inputs, in.policy.param_dtype,
+                                  units.checkpoint, in.trace_repeats));
+    }
+    if (c == 0 && !consider(0, in.policy, units.reshard_after_forward)) break;
+    // The backward order, to keep its first units gathered.
+    schema::Policy resharding = in.policy;
+    resharding.reshard_after_forward = true;
+    const schema::Plan order = plan_of(in, units, {}, in.mesh, resharding, trace_of(c));
+    int gathered = 0;
+    for (const schema::Unit& u : order.units) gathered += u.call_count > 0 ? 1 : 0;
+    // Without a trace nothing tells prefetch or streams apart: they stay yours.
+    const std::vector<int64_t> prefetches = result.predicted
+                                                ? std::vector<int64_t>{0, 1, 2}
+                                                : std::vector<int64_t>{in.policy.forward_prefetch};
+    const std::vector<bool> streams = result.predicted
+                                          ? std::vector<bool>{false, true}
+                                          : std::vector<bool>{in.policy.unified_stream};
+    for (int64_t prefetch : prefetches) {
+      for (bool unified : streams) {
+        for (int keep : keep_counts(gathered)) {
+          schema::Policy p = in.policy;
+          if (result.predicted) p.forward_prefetch = p.backward_prefetch = prefetch;
+          p.unified_stream = unified;
+          p.reshard_after_forward = keep < gathered;
+          consider(c, p, keep_first_in_backward(in, units, order, keep < gathered ? keep : 0));
+        }
       }
-      result.candidates.push_back(std::move(candidate));
     }
   }
+
   std::vector<Candidate>& all = result.candidates;
+  // Faster with a prediction; with fewer collectives without one.
+  const auto cost = [&](const Candidate& c) {
+    return result.predicted ? c.step_ms : static_cast<double>(c.collectives);
+  };
+  // Without a prediction, a plan of one unit comes after every plan of more: its all-gather
+  // has no compute to hide behind, whatever the machine.
+  const auto rank_cost = [&](const Candidate& c) {
+    return cost(c) + (!result.predicted && c.gathered <= 1 ? 1e15 : 0.0);
+  };
   for (Candidate& c : all) {
     c.pareto = std::none_of(all.begin(), all.end(), [&](const Candidate& o) {
-      return (o.step_ms < c.step_ms && o.memory_bytes <= c.memory_bytes) ||
-             (o.step_ms <= c.step_ms && o.memory_bytes < c.memory_bytes);
+      return (cost(o) < cost(c) && o.memory_bytes <= c.memory_bytes) ||
+             (cost(o) <= cost(c) && o.memory_bytes < c.memory_bytes);
     });
   }
-  double fastest = -1;
+  double best = -1;
   for (const Candidate& c : all) {
-    if (c.fits && (fastest < 0 || c.step_ms < fastest)) fastest = c.step_ms;
+    if (c.fits && (best < 0 || rank_cost(c) < best)) best = rank_cost(c);
   }
+  const double slack = result.predicted ? 1.01 : 1.0;
   for (size_t i = 0; i < all.size(); ++i) {
     const Candidate& c = all[i];
-    if (!c.fits || c.step_ms > fastest * 1.01) continue;
+    if (!c.fits || rank_cost(c) > best * slack) continue;
     if (result.chosen < 0 || c.memory_bytes < all[result.chosen].memory_bytes) {
       result.chosen = static_cast<int>(i);
     }
@@ -134,8 +271,6 @@ SearchResult search_plans(const SearchInput& in) {
   const int base = result.chosen >= 0 ? result.chosen : result.yours;
   if (!in.sweep_worlds.empty() && !all.empty()) {
     const Candidate& c = all[base];
-    size_t choice = 0;
-    while (choice + 1 < in.units.size() && in.units[choice].name != c.units) ++choice;
     for (int64_t world : in.sweep_worlds) {
       schema::Mesh mesh = in.mesh;
       if (world % mesh.replicate_size != 0) {
@@ -145,15 +280,42 @@ SearchResult search_plans(const SearchInput& in) {
       }
       mesh.world_size = world;
       mesh.shard_size = world / mesh.replicate_size;
-      const schema::Plan plan =
-          plan_of(in, in.units[choice], mesh, c.policy, traces.at(static_cast<int>(choice)));
-      const PlanPrediction p = predict_plan(plan, in.profile, in.predict);
-      result.worlds.push_back(
-          {world, p.prediction.step_us / 1000,
-           rank_memory_bytes(plan, p.optimizer, p.model.microbatch_samples).value_or(0)});
+      const schema::Plan plan = plan_of(in, choices[c.choice], c.reshard_after_forward, mesh,
+                                        c.policy, trace_of(c.choice));
+      SearchResult::WorldRow row{world, 0, rank_state_bytes(plan, optimizer)};
+      if (result.predicted) {
+        const PlanPrediction p = predict_plan(plan, *in.profile, in.predict);
+        row.step_ms = p.prediction.step_us / 1000;
+        row.memory_bytes =
+            rank_memory_bytes(plan, p.optimizer, p.model.microbatch_samples).value_or(0);
+      }
+      result.worlds.push_back(row);
     }
   }
   return result;
+}
+
+schema::Plan choose_plan(const SearchInput& in, const SearchMode& mode, std::ostream& table,
+                         std::ostream& summary) {
+  const SearchResult result = search_plans(in);
+  if (mode.sweep) {
+    print_sweep(table, result, in.memory_budget);
+    print_worlds(table, result);
+    table << std::flush;
+  }
+  if (!mode.optimize) return result.candidates[result.yours].plan;
+  if (result.chosen < 0) {
+    const auto smallest = std::min_element(
+        result.candidates.begin(), result.candidates.end(),
+        [](const Candidate& a, const Candidate& b) { return a.memory_bytes < b.memory_bytes; });
+    fail(ExitCode::kPlanning,
+         "no plan tried fits --memory-budget " + format_bytes(*in.memory_budget) +
+             " per rank; the smallest (" + smallest->label() + ") needs " +
+             format_bytes(smallest->memory_bytes) + "; raise the budget, add ranks, or " +
+             (result.predicted ? "trace a smaller microbatch" : "shard over more ranks"));
+  }
+  if (mode.print_choice) print_choice(summary, result, in.memory_budget);
+  return result.candidates[result.chosen].plan;
 }
 
 void print_sweep(std::ostream& out, const SearchResult& result,
@@ -163,12 +325,22 @@ void print_sweep(std::ostream& out, const SearchResult& result,
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return result.candidates[a].memory_bytes < result.candidates[b].memory_bytes;
   });
-  char row[256];
-  std::snprintf(row, sizeof row, "  %-48s %12s %12s %12s  %s\n", "plan", "memory/rank", "step",
-                "exposed", "");
-  out << "candidates (* on the Pareto front: none both faster and smaller"
-      << (budget ? "; - over the budget of " + format_bytes(*budget) : std::string()) << ")\n"
-      << row;
+  char row[320];
+  if (result.predicted) {
+    std::snprintf(row, sizeof row, "  %-66s %12s %12s %12s  %s\n", "plan", "memory/rank", "step",
+                  "exposed", "");
+  } else {
+    std::snprintf(row, sizeof row, "  %-66s %12s %12s  %s\n", "plan", "memory/rank", "collectives",
+                  "");
+  }
+  out << "candidates (* on the Pareto front: none both "
+      << (result.predicted ? "faster" : "with fewer collectives") << " and smaller"
+      << (budget ? "; - over the budget of " + format_bytes(*budget) : std::string()) << ")\n";
+  if (!result.predicted) {
+    out << "no trace: memory without activations, collectives per microbatch instead of a "
+           "predicted step (give --trace-input to predict it)\n";
+  }
+  out << row;
   for (size_t i : order) {
     const Candidate& c = result.candidates[i];
     std::string marks = c.pareto ? "*" : "";
@@ -176,9 +348,15 @@ void print_sweep(std::ostream& out, const SearchResult& result,
     if (static_cast<int>(i) == result.chosen) marks += " chosen";
     if (static_cast<int>(i) == result.yours) marks += " yours";
     if (static_cast<int>(i) == result.fsdp2_default) marks += " fsdp2-like";
-    std::snprintf(row, sizeof row, "  %-48s %12s %12s %12s  %s\n", c.label().c_str(),
-                  format_bytes(c.memory_bytes).c_str(), ms_text(c.step_ms).c_str(),
-                  ms_text(c.exposed_ms).c_str(), marks.c_str());
+    if (result.predicted) {
+      std::snprintf(row, sizeof row, "  %-66s %12s %12s %12s  %s\n", c.label().c_str(),
+                    format_bytes(c.memory_bytes).c_str(), ms_text(c.step_ms).c_str(),
+                    ms_text(c.exposed_ms).c_str(), marks.c_str());
+    } else {
+      std::snprintf(row, sizeof row, "  %-66s %12s %12lld  %s\n", c.label().c_str(),
+                    format_bytes(c.memory_bytes).c_str(), static_cast<long long>(c.collectives),
+                    marks.c_str());
+    }
     out << row;
   }
 }
@@ -192,7 +370,8 @@ void print_worlds(std::ostream& out, const SearchResult& result) {
   out << row;
   for (const auto& w : result.worlds) {
     std::snprintf(row, sizeof row, "  %8lld %14s %12s\n", static_cast<long long>(w.world_size),
-                  format_bytes(w.memory_bytes).c_str(), ms_text(w.step_ms).c_str());
+                  format_bytes(w.memory_bytes).c_str(),
+                  result.predicted ? ms_text(w.step_ms).c_str() : "-");
     out << row;
   }
 }
@@ -202,10 +381,24 @@ void print_choice(std::ostream& out, const SearchResult& result,
   const auto& all = result.candidates;
   if (result.chosen < 0) return;
   const Candidate& c = all[result.chosen];
-  out << "optimized: " << c.label() << ": predicted step " << ms_text(c.step_ms) << ", "
-      << format_bytes(c.memory_bytes) << " per rank"
-      << (budget ? " (budget " + format_bytes(*budget) + ")" : std::string()) << "\n";
   const Candidate& yours = all[result.yours];
+  const std::string budget_text =
+      budget ? " (budget " + format_bytes(*budget) + ")" : std::string();
+  if (!result.predicted) {
+    const auto figures = [](const Candidate& k) {
+      return std::to_string(k.collectives) + " collectives per microbatch, " +
+             format_bytes(k.memory_bytes) + " per rank";
+    };
+    out << "optimized by memory alone (no trace): " << c.label() << ": " << figures(c)
+        << budget_text << "\n";
+    out << "  vs your plan (" << yours.label() << "): " << figures(yours)
+        << (yours.fits ? "" : "; yours is over the budget") << "\n";
+    out << "  activations are not counted: leave room for them under the budget, or give "
+           "--trace-input (and --profile) to count them and predict the step\n";
+    return;
+  }
+  out << "optimized: " << c.label() << ": predicted step " << ms_text(c.step_ms) << ", "
+      << format_bytes(c.memory_bytes) << " per rank" << budget_text << "\n";
   out << "  vs your plan (" << yours.label() << "): " << ms_text(yours.step_ms) << ", "
       << percent_text(c.step_ms, yours.step_ms) << (yours.fits ? "" : "; yours is over the budget")
       << "\n";

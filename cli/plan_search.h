@@ -1,8 +1,11 @@
 #pragma once
 // `mfsdp plan --optimize` and `--sweep` (docs/predict.md#choosing-a-plan): plans of one model
-// that differ in their units (the user's, every block plus the model, the model alone) and
-// their policy (prefetch 0, 1 or 2; resharding after forward or not; one stream or two), each
-// traced once per set of units, predicted on a profile and weighed by the memory a rank holds.
+// that differ in their units (the user's; every block plus the model, with no, half or every
+// block checkpointed; the model alone) and their policy (prefetch 0, 1 or 2; one stream or
+// two; resharding every unit after forward, keeping the last few units of forward gathered
+// for backward, or keeping them all). With a trace, each set of units is traced once and
+// every plan is predicted on a profile; without one, plans are weighed by memory and
+// collective count alone.
 
 #include <cstdint>
 #include <functional>
@@ -19,23 +22,24 @@
 
 namespace mfsdp::cli {
 
-// One way to choose the units: module indices and their checkpoint flags.
+// One way to choose the units: module indices, their checkpoint flags and their own
+// resharding after forward (unset: the policy's; empty: unset for every unit).
 struct UnitChoice {
-  std::string name;  // "yours", "blocks + model", "model only"
+  std::string name;  // "yours", "blocks + model", "model only", ...
   std::vector<int> modules;
   std::vector<bool> checkpoint;
+  std::vector<std::optional<bool>> reshard_after_forward;
 };
 
 struct SearchInput {
   planner::ShardedModel* model = nullptr;
   std::string model_path;
   schema::Mesh mesh;
-  schema::Policy policy;          // the user's: the first policy tried, and what the others keep
-  std::vector<UnitChoice> units;  // the user's first
-  int blocks = -1;                // which of them is every block + the model (FSDP2's habit)
-  std::vector<planner::TraceInput> trace_inputs;
+  schema::Policy policy;  // the user's: the first policy tried, and what the others keep
+  UnitChoice yours;       // the user's units; search_plans adds the others
+  std::vector<planner::TraceInput> trace_inputs;  // none: by memory alone (no profile then)
   int trace_repeats = 3;
-  schema::Profile profile;
+  std::optional<schema::Profile> profile;  // with a trace
   PredictRequest predict;  // microbatches, microbatch size, optimizer, compute scale
   std::optional<int64_t> memory_budget;
   std::optional<schema::Training> training;  // every plan's: its defaults feed the prediction
@@ -48,19 +52,25 @@ struct SearchInput {
 
 struct Candidate {
   std::string units;  // UnitChoice::name
+  size_t choice = 0;  // which UnitChoice
   schema::Policy policy;
+  std::vector<std::optional<bool>> reshard_after_forward;  // per unit, as planned
   schema::Plan plan;
-  double step_ms = 0;
+  double step_ms = 0;  // predicted; 0 without a trace
   double exposed_ms = 0;
-  int64_t memory_bytes = 0;
+  int64_t memory_bytes = 0;    // a rank's whole memory (activations only with a trace)
+  int64_t collectives = 0;     // all-gathers and reduce-scatters per microbatch
+  int kept = 0, gathered = 0;  // units kept gathered from forward to backward, of those called
   bool fits = true;
-  bool pareto = false;        // no other candidate is both faster and smaller
-  std::string label() const;  // "blocks + model, prefetch 1, reshard, 2 streams"
+  bool pareto = false;  // no other candidate is both faster (fewer collectives) and smaller
+  // "blocks + model, prefetch 1, keep 2 of 5, 2 streams"
+  std::string label() const;
 };
 
 struct SearchResult {
+  bool predicted = true;              // by a trace and a profile; false: by memory alone
   std::vector<Candidate> candidates;  // in the order tried: the user's plan first
-  int chosen = -1;                    // the fastest that fits (-1: none fits)
+  int chosen = -1;                    // the best that fits (-1: none fits)
   int yours = 0;                      // the user's units and policy
   int fsdp2_default = -1;             // blocks + model, prefetch 1, reshard, 2 streams
   struct WorldRow {
@@ -71,11 +81,27 @@ struct SearchResult {
   std::vector<WorldRow> worlds;  // --sweep-world
 };
 
-// Traces each set of units once and plans every combination. Deterministic for the same
-// traces: the fastest predicted plan that fits the budget wins, and among plans within 1 % of
-// it the one that holds the least memory, then the one tried first. Throws what planning,
-// tracing and predicting throw.
+// Makes the unit choices, traces each once (with a trace input) and plans every
+// combination. With a trace the fastest predicted plan that fits the budget wins, and among
+// plans within 1 % of it the one that holds the least memory, then the one tried first;
+// without, the plan of two or more units with the fewest collectives that fits (the model
+// alone only when no other fits), then the least memory, then the
+// first. Deterministic for the same traces. Throws what planning, tracing and predicting
+// throw.
 SearchResult search_plans(const SearchInput& input);
+
+// What `mfsdp plan` asked for: --optimize (write the chosen plan), --sweep (print the table).
+struct SearchMode {
+  bool optimize = false;
+  bool sweep = false;
+  bool print_choice = true;  // what --optimize chose, on `summary`
+};
+
+// Runs the search, prints what `mode` asks (the table on `table`, the choice on `summary`)
+// and returns the plan to write: the chosen one, or with --sweep alone the user's. Exits 4
+// (Error(kPlanning)) naming the smallest plan when none fits the budget.
+schema::Plan choose_plan(const SearchInput& input, const SearchMode& mode, std::ostream& table,
+                         std::ostream& summary);
 
 // The table `--sweep` prints: every candidate by memory, the Pareto front marked.
 void print_sweep(std::ostream& out, const SearchResult& result,

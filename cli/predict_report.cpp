@@ -210,12 +210,16 @@ std::optional<int64_t> rank_memory_bytes(const schema::Plan& plan, const std::st
                                          int64_t microbatch_samples) {
   const schema::Memory& m = plan.memory;
   if (!m.activations) return std::nullopt;
-  const int64_t states = optimizer == "sgd" ? 1 : 2;
   const double activations = static_cast<double>(m.activations->peak_bytes) *
                              static_cast<double>(microbatch_samples) /
                              static_cast<double>(std::max<int64_t>(1, m.activations->microbatch));
-  return m.sharded_param_bytes + m.sharded_grad_bytes * (1 + states) + m.slot_bytes +
-         static_cast<int64_t>(std::llround(activations));
+  return rank_state_bytes(plan, optimizer) + static_cast<int64_t>(std::llround(activations));
+}
+
+int64_t rank_state_bytes(const schema::Plan& plan, const std::string& optimizer) {
+  const schema::Memory& m = plan.memory;
+  const int64_t states = optimizer == "sgd" ? 1 : 2;
+  return m.sharded_param_bytes + m.sharded_grad_bytes * (1 + states) + m.slot_bytes;
 }
 
 std::string render_prediction_text(const PlanPrediction& p, const std::string& plan_path) {

@@ -23,7 +23,8 @@ struct UnitIR {
   bool conditional = false;
   bool repeated = false;
   bool kept_after_forward = false;
-  bool checkpoint = false;  // activation checkpointing, as registered
+  bool checkpoint = false;            // activation checkpointing, as registered
+  bool reshard_after_forward = true;  // as registered, else the policy's
   std::vector<schema::Group> groups;
   int64_t unsharded_bytes = 0;
   int64_t sharded_bytes = 0;

@@ -36,7 +36,7 @@ class Simulation {
   // backward order that holds parameters is the last one forward finishes with.
   void decide_kept_units() {
     for (auto& unit : ir_.units) {
-      unit.kept_after_forward = !ir_.policy.reshard_after_forward && unit.call_count > 0;
+      unit.kept_after_forward = !unit.reshard_after_forward && unit.call_count > 0;
     }
     for (int u : ir_.backward_order) {
       if (holds_nothing(u)) continue;

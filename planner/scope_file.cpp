@@ -125,7 +125,7 @@ ScopeFile read_scope_file(const std::string& path) {
     if (calls[i].is_string()) {
       out.units.push_back({UnitSelector::Kind::kPath, calls[i].get<std::string>(), source});
     } else {
-      r.only_keys(calls[i], where, {"module", "type", "checkpoint"});
+      r.only_keys(calls[i], where, {"module", "type", "checkpoint", "reshard_after_forward"});
       const bool is_type = calls[i].contains("type");
       if (is_type == calls[i].contains("module")) {
         r.bad(where, "give exactly one of \"module\" or \"type\"");
@@ -135,6 +135,10 @@ ScopeFile read_scope_file(const std::string& path) {
                             r.string(calls[i][key], where), source);
       if (calls[i].contains("checkpoint")) {
         selector.checkpoint = r.boolean(calls[i]["checkpoint"], where + ".checkpoint");
+      }
+      if (calls[i].contains("reshard_after_forward")) {
+        selector.reshard_after_forward =
+            r.boolean(calls[i]["reshard_after_forward"], where + ".reshard_after_forward");
       }
       out.units.push_back(std::move(selector));
     }

@@ -93,6 +93,7 @@ void ShardingScope::fully_shard(const std::string& path, UnitOptions options) {
   model_.unit_scope_[module] = id_;
   units_.push_back(module);
   checkpoint_.push_back(options.checkpoint);
+  reshard_after_forward_.push_back(options.reshard_after_forward);
 }
 
 void ShardingScope::use_trace(TracedRun run) {
@@ -121,6 +122,7 @@ schema::Plan ShardingScope::finalize() {
     UnitIR unit;
     unit.module = units_[u];
     unit.checkpoint = checkpoint_[u];
+    unit.reshard_after_forward = reshard_after_forward_[u].value_or(policy_.reshard_after_forward);
     ir.units.push_back(unit);
     paths.push_back(model_.ir_.modules[units_[u]].path);
   }

@@ -24,6 +24,10 @@ struct UnitOptions {
   // Activation checkpointing: the unit's forward keeps nothing for backward, which recomputes
   // it (planner/torchscript/unit_checkpoint.h). The unit may hold no other unit.
   bool checkpoint = false;
+  // Resharding after forward for this unit, as FSDP2's per-module reshard_after_forward: false
+  // keeps its parameters gathered from its forward to its backward (more memory, one
+  // all-gather less). Unset: the policy's reshard_after_forward.
+  std::optional<bool> reshard_after_forward;
 };
 
 class ShardingScope {
@@ -60,8 +64,9 @@ class ShardingScope {
   schema::Mesh mesh_;
   schema::Policy policy_;
   int id_ = 0;
-  std::vector<int> units_;        // module indices, registration order
-  std::vector<bool> checkpoint_;  // per unit, registration order
+  std::vector<int> units_;                                  // module indices, registration order
+  std::vector<bool> checkpoint_;                            // per unit, registration order
+  std::vector<std::optional<bool>> reshard_after_forward_;  // per unit, registration order
   std::optional<TracedRun> trace_;
   bool finalized_ = false;
 };

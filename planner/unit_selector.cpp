@@ -123,6 +123,28 @@ bool selects(const ModelIR& model, const UnitSelector& selector, int m) {
              : type_matches(selector.pattern, model.modules[m].type);
 }
 
+// Marks in `out` the units each of `extra` matches; one that matches none is refused: only
+// units can be `what`.
+template <typename T>
+void mark_units(const ModelIR& model, const std::vector<int>& units,
+                const std::vector<UnitSelector>& extra, const T& value, const char* what,
+                std::vector<T>& out) {
+  for (const UnitSelector& s : extra) {
+    bool any = false;
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (!selects(model, s, units[u])) continue;
+      out[u] = value;
+      any = true;
+    }
+    if (any) continue;
+    std::vector<std::string> names;
+    for (int m : units) names.push_back(display_name(model.modules[m].path));
+    fail(ExitCode::kPlanning, s.origin() + " matches no unit; only units can be " + what +
+                                  ", and the units are: " + listing(names) +
+                                  " (make the module a unit with --unit too)");
+  }
+}
+
 }  // namespace
 
 std::vector<bool> checkpointed_units(const ModelIR& model, const std::vector<int>& units,
@@ -134,21 +156,20 @@ std::vector<bool> checkpointed_units(const ModelIR& model, const std::vector<int
       if (s.checkpoint && selects(model, s, units[u])) out[u] = true;
     }
   }
-  for (const UnitSelector& s : checkpoint) {
-    bool any = false;
-    for (size_t u = 0; u < units.size(); ++u) {
-      if (!selects(model, s, units[u])) continue;
-      out[u] = true;
-      any = true;
+  mark_units(model, units, checkpoint, true, "checkpointed", out);
+  return out;
+}
+
+std::vector<std::optional<bool>> unit_reshard_after_forward(
+    const ModelIR& model, const std::vector<int>& units,
+    const std::vector<UnitSelector>& unit_selectors, const std::vector<UnitSelector>& keep) {
+  std::vector<std::optional<bool>> out(units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (const UnitSelector& s : unit_selectors) {
+      if (s.reshard_after_forward && selects(model, s, units[u])) out[u] = s.reshard_after_forward;
     }
-    if (any) continue;
-    std::vector<std::string> names;
-    for (int m : units) names.push_back(display_name(model.modules[m].path));
-    fail(ExitCode::kPlanning, s.origin() +
-                                  " matches no unit; only units can be checkpointed, "
-                                  "and the units are: " +
-                                  listing(names) + " (make the module a unit with --unit too)");
   }
+  mark_units(model, units, keep, std::optional<bool>(false), "kept after forward", out);
   return out;
 }
 

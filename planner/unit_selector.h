@@ -2,6 +2,7 @@
 // Choosing units by module path globs or module type, as `mfsdp plan --unit/--unit-type/--auto`
 // and scope files do.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@ struct UnitSelector {
   std::string source;       // where it was written, e.g. "scope.json: fully_shard[2]"; "" for flags
   std::string flag;         // the flag, when not --unit or --unit-type (e.g. "--checkpoint")
   bool checkpoint = false;  // a scope file's "checkpoint": true, for the units it selects
+  // A scope file's "reshard_after_forward", for the units it selects; unset: the policy's.
+  std::optional<bool> reshard_after_forward;
   // How the user wrote it, for messages: "--unit 'layers.*'", "scope.json: fully_shard[2] 'x'".
   std::string origin() const;
 };
@@ -40,6 +43,13 @@ std::vector<int> select_units(const ModelIR& model, const std::vector<UnitSelect
 std::vector<bool> checkpointed_units(const ModelIR& model, const std::vector<int>& units,
                                      const std::vector<UnitSelector>& unit_selectors,
                                      const std::vector<UnitSelector>& checkpoint);
+
+// Each of `units`' resharding after forward where it is not the policy's: what a selector
+// with `reshard_after_forward` says, and false for those `keep` (--keep-after-forward)
+// matches. Throws Error(kPlanning) when one of `keep` matches none of the units, naming them.
+std::vector<std::optional<bool>> unit_reshard_after_forward(
+    const ModelIR& model, const std::vector<int>& units,
+    const std::vector<UnitSelector>& unit_selectors, const std::vector<UnitSelector>& keep);
 
 // --auto: every element of every ModuleList, then the model itself.
 std::vector<int> auto_units(const ModelIR& model);

@@ -425,6 +425,60 @@ TEST(PlanCli, ScopeFileCheckpointEqualsTheFlag) {
             nlohmann::json::parse(read_file(b))["units"]);
 }
 
+// --keep-after-forward keeps a unit gathered from its forward to its backward, as a scope
+// file's "reshard_after_forward": false does: one all-gather less per step, and its slot held
+// through backward.
+TEST(PlanCli, KeepAfterForwardIsAPerUnitChoiceAsInTheScopeFile) {
+  const std::string plain = temp_path("keep_plain.plan.json"),
+                    kept = temp_path("keep_flag.plan.json"),
+                    scoped = temp_path("keep_scope.plan.json");
+  const std::vector<std::string> units = {"--world-size", "2",      "--unit",
+                                          "layers.*",     "--unit", "<root>"};
+  const auto plan = [&](std::vector<std::string> extra, const std::string& out) {
+    std::vector<std::string> args = {"plan", "tests/fixtures/tied_lm.pt"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"-o", out, "-q"});
+    return mfsdp(args);
+  };
+  ASSERT_EQ(plan(units, plain).exit_code, 0);
+  std::vector<std::string> with_keep = units;
+  with_keep.insert(with_keep.end(), {"--keep-after-forward", "layers.0"});
+  const RunResult r = plan(with_keep, kept);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string scope = temp_path("keep_scope.json");
+  std::ofstream(scope) << R"({"mesh": {"world_size": 2}, "fully_shard": [
+      {"module": "layers.0", "reshard_after_forward": false}, "layers.1", "<root>"]})";
+  ASSERT_EQ(plan({"--scope", scope}, scoped).exit_code, 0);
+
+  const auto p0 = nlohmann::json::parse(read_file(plain));
+  const auto p1 = nlohmann::json::parse(read_file(kept));
+  EXPECT_EQ(nlohmann::json::parse(read_file(scoped))["units"], p1["units"]);
+  EXPECT_EQ(nlohmann::json::parse(read_file(scoped))["schedule"], p1["schedule"]);
+  for (const auto& u : p1["units"]) {
+    EXPECT_EQ(u["kept_after_forward"], u["name"] != "layers.1") << u.dump();
+  }
+  EXPECT_EQ(p1["policy"]["reshard_after_forward"], true);  // the policy stays as it was
+  const auto gathers = [](const nlohmann::json& p) {
+    size_t n = 0;
+    for (const auto& e : p["schedule"]) n += e.value("all_gather", nlohmann::json::array()).size();
+    return n;
+  };
+  EXPECT_EQ(gathers(p1) + 1, gathers(p0));
+  EXPECT_EQ(mfsdp({"validate", kept, "--model", "tests/fixtures/tied_lm.pt"}).exit_code, 0);
+  const RunResult diff = mfsdp({"diff", plain, kept});
+  EXPECT_NE(diff.out.find("kept_after_forward"), std::string::npos) << diff.out;
+
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",
+                        "--unit", "<root>", "--keep-after-forward", "wte"},
+                       4,
+                       "--keep-after-forward 'wte' matches no unit; only units can be kept "
+                       "after forward, and the units are: layers.0, layers.1, <root>");
+  std::ofstream(scope) << R"({"mesh": {"world_size": 2},
+      "fully_shard": [{"module": "layers.*", "reshard_after_forward": 0}, "<root>"]})";
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--scope", scope}, 2,
+                       scope + ": fully_shard[0].reshard_after_forward: expected true or false");
+}
+
 const std::vector<std::string> kConditionalUnits = {"--unit", "pre",   "--unit", "branch_*",
                                                     "--unit", "post",  "--unit", "refine",
                                                     "--unit", "<root>"};

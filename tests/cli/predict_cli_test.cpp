@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -217,6 +218,128 @@ TEST(PlanSearchCli, ABudgetNoPlanFitsFailsNamingTheSmallest) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
+// The memory column of a --sweep row, in bytes (to the 0.1 of a unit it prints).
+double row_bytes(const std::string& row) {
+  static const std::vector<std::pair<std::string, double>> units = {
+      {" GiB", 1024.0 * 1024 * 1024}, {" MiB", 1024.0 * 1024}, {" KiB", 1024.0}};
+  for (const auto& [unit, scale] : units) {
+    const size_t at = row.find(unit);
+    if (at == std::string::npos) continue;
+    const size_t begin = row.rfind(' ', at - 1) + 1;
+    return std::stod(row.substr(begin, at - begin)) * scale;
+  }
+  return -1;
+}
+
+// Checkpointing is a choice of the search: its plans hold less (the trace measures what each
+// checkpointed block saves), so a budget between the smallest plan with and without it makes
+// --optimize checkpoint.
+TEST(PlanSearchCli, ABudgetOnlyCheckpointingMeetsChoosesCheckpointedBlocks) {
+  const std::string out = own_path("search.checkpoint.plan.json");
+  std::vector<std::string> args = {"plan",
+                                   "tests/fixtures/tied_lm.pt",
+                                   "--world-size",
+                                   "2",
+                                   "--auto",
+                                   "--trace-input",
+                                   "4x64:int64",
+                                   "--trace-repeats",
+                                   "1",
+                                   "--profile",
+                                   profile_file(),
+                                   "-o",
+                                   out};
+  std::vector<std::string> sweep_args = args;
+  sweep_args.insert(sweep_args.end(), {"--sweep", "-q"});
+  const RunResult sweep = mfsdp(sweep_args);
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  double with = -1, without = -1;
+  std::istringstream rows(sweep.out);
+  std::string row;
+  bool kept_some = false;
+  while (std::getline(rows, row)) {
+    const double bytes = row_bytes(row);
+    if (bytes < 0 || row.find(", prefetch ") == std::string::npos) continue;
+    double& smallest = row.find("checkpointed") != std::string::npos ? with : without;
+    if (smallest < 0 || bytes < smallest) smallest = bytes;
+    if (row.find(", keep 2 of 3,") != std::string::npos) kept_some = true;
+  }
+  EXPECT_NE(sweep.out.find("blocks + model, every block checkpointed, prefetch 1, reshard"),
+            std::string::npos)
+      << sweep.out;
+  EXPECT_TRUE(kept_some) << sweep.out;  // the last units of forward kept for backward
+  ASSERT_GT(with, 0) << sweep.out;
+  ASSERT_GT(without, with * 1.2) << sweep.out;
+
+  args.insert(args.end(), {"--optimize", "--memory-budget",
+                           std::to_string(static_cast<int64_t>((with + without) / 2))});
+  const RunResult r = mfsdp(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("optimized: blocks + model, "), std::string::npos) << r.err;
+  const json plan = json::parse(read_file(out));
+  int checkpointed = 0;
+  for (const json& u : plan["units"]) checkpointed += u.value("checkpoint", false) ? 1 : 0;
+  EXPECT_GE(checkpointed, 1) << r.err;
+}
+
+// Without a trace there is nothing to predict a step from: --optimize keeps the plans that
+// fit and writes the one with the fewest collectives, saying that activations are not
+// counted.
+TEST(PlanSearchCli, WithoutATraceOptimizeChoosesByMemoryAlone) {
+  const std::string out = own_path("search.memory.plan.json");
+  const std::vector<std::string> base = {"plan",         "tests/fixtures/tied_lm.pt",
+                                         "--world-size", "2",
+                                         "--unit",       "layers.*",
+                                         "--unit",       "<root>",
+                                         "-o",           out};
+  const auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return mfsdp(args);
+  };
+  const RunResult refused = with({"--optimize"});
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("--optimize without --trace-input chooses by memory alone and "
+                             "needs --memory-budget"),
+            std::string::npos)
+      << refused.err;
+
+  // Your plan's memory as a budget: only plans that hold no more fit.
+  const RunResult sweep = with({"--sweep", "-q"});
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  EXPECT_NE(sweep.out.find("no trace: memory without activations"), std::string::npos) << sweep.out;
+  const json yours = json::parse(read_file(out));
+  const auto state_bytes = [](const json& p) {  // AdamW: params, grads, two moments, slots
+    const json& m = p["memory"];
+    return m["sharded_param_bytes"].get<int64_t>() + 3 * m["sharded_grad_bytes"].get<int64_t>() +
+           m["slot_bytes"].get<int64_t>();
+  };
+  const auto gathers = [](const json& p) {
+    size_t n = 0;
+    for (const json& e : p["schedule"]) n += e.value("all_gather", json::array()).size();
+    return n;
+  };
+  const RunResult tight =
+      with({"--optimize", "--memory-budget", std::to_string(state_bytes(yours))});
+  ASSERT_EQ(tight.exit_code, 0) << tight.err;
+  EXPECT_NE(tight.err.find("optimized by memory alone (no trace): "), std::string::npos)
+      << tight.err;
+  EXPECT_NE(tight.err.find("activations are not counted"), std::string::npos) << tight.err;
+  const json chosen = json::parse(read_file(out));
+  EXPECT_LE(state_bytes(chosen), state_bytes(yours));
+  EXPECT_LE(gathers(chosen), gathers(yours));
+
+  // A generous budget: every unit kept from forward to backward, the fewest all-gathers of a
+  // plan that can overlap them (the model as one unit cannot).
+  const RunResult roomy = with({"--optimize", "--memory-budget", "1GiB"});
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  EXPECT_NE(roomy.err.find("(no trace): yours, prefetch 1, keep, 2 streams"), std::string::npos)
+      << roomy.err;
+  const json kept = json::parse(read_file(out));
+  EXPECT_EQ(kept["units"].size(), 3u);
+  EXPECT_LT(gathers(kept), gathers(yours));
+}
+
 TEST(PlanSearchCli, RefusesASearchItCannotPredict) {
   const std::string out = temp_path("search.refused.plan.json");
   const auto refused = [&](std::vector<std::string> args, const std::string& text) {
@@ -228,6 +351,9 @@ TEST(PlanSearchCli, RefusesASearchItCannotPredict) {
            "--profile", profile_file(), "-o", out},
           "--profile predicts the step from the unit times a trace measures; give --trace-input");
   refused(search_args(out, {"--optimize"}), "--optimize needs --profile FILE|NAME");
+  refused({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "--memory-budget",
+           "1GiB", "-o", out},
+          "--memory-budget is for --optimize or --sweep");
   refused(search_args(out, {"--memory-budget", "1GiB"}),
           "--memory-budget is for --optimize or --sweep");
   // Units that leave parameters out are refused as without --optimize, not searched around.

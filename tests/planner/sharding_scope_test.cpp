@@ -1,5 +1,7 @@
 #include "planner/sharding_scope.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "tests/planner/ir_builder.h"
@@ -48,6 +50,67 @@ TEST(ShardingScope, CheckpointIsAPerUnitChoiceOfFullyShard) {
   for (const schema::Unit& unit : plan.units) {
     EXPECT_EQ(unit.checkpoint, unit.name == "layers.0") << unit.name;
   }
+}
+
+// Whether `unit` is gathered in backward and resharded after its forward, by the schedule.
+struct Gathers {
+  bool resharded_in_forward = false;
+  bool gathered_in_backward = false;
+};
+Gathers gathers_of(const schema::Plan& plan, const std::string& unit) {
+  Gathers g;
+  for (const schema::ScheduleEntry& e : plan.schedule) {
+    const auto has = [&](const std::vector<std::string>& names) {
+      return std::find(names.begin(), names.end(), unit) != names.end();
+    };
+    if (e.phase == "forward" && has(e.reshard)) g.resharded_in_forward = true;
+    if (e.phase == "backward" && has(e.all_gather)) g.gathered_in_backward = true;
+  }
+  return g;
+}
+
+TEST(ShardingScope, ReshardAfterForwardIsAPerUnitChoiceOfFullyShard) {
+  ShardedModel model = nested_model();
+  ShardingScope scope(model, mesh_of(2), {});  // the policy reshards after forward
+  UnitOptions keep;
+  keep.reshard_after_forward = false;
+  scope.fully_shard("layers.0", keep);
+  scope.fully_shard("layers.1");
+  scope.fully_shard("<root>");
+  const schema::Plan plan = scope.finalize();
+  // layers.0 stays gathered from its forward to its backward: one all-gather less.
+  EXPECT_FALSE(gathers_of(plan, "layers.0").resharded_in_forward);
+  EXPECT_FALSE(gathers_of(plan, "layers.0").gathered_in_backward);
+  EXPECT_TRUE(gathers_of(plan, "layers.1").resharded_in_forward);
+  EXPECT_TRUE(gathers_of(plan, "layers.1").gathered_in_backward);
+  for (const schema::Unit& unit : plan.units) {
+    // The root is backward's first unit: kept whatever the choice.
+    EXPECT_EQ(unit.kept_after_forward, unit.name != "layers.1") << unit.name;
+  }
+}
+
+TEST(ShardingScope, AUnitMayReshardWhereThePolicyKeeps) {
+  ShardedModel model = nested_model();
+  schema::Policy policy;
+  policy.reshard_after_forward = false;
+  ShardingScope scope(model, mesh_of(2), policy);
+  scope.fully_shard("layers.0");
+  UnitOptions reshard;
+  reshard.reshard_after_forward = true;
+  scope.fully_shard("layers.1", reshard);
+  scope.fully_shard("<root>");
+  const schema::Plan plan = scope.finalize();
+  EXPECT_FALSE(gathers_of(plan, "layers.0").gathered_in_backward);
+  EXPECT_TRUE(gathers_of(plan, "layers.1").resharded_in_forward);
+  EXPECT_TRUE(gathers_of(plan, "layers.1").gathered_in_backward);
+  // Memory follows: keeping layers.0 holds its slot through backward; a plan that reshards it
+  // too needs no more at its peak.
+  ShardedModel again = nested_model();
+  ShardingScope all_reshard(again, mesh_of(2), {});
+  all_reshard.fully_shard("layers.0");
+  all_reshard.fully_shard("layers.1");
+  all_reshard.fully_shard("<root>");
+  EXPECT_LE(all_reshard.finalize().memory.peak_unsharded_bytes, plan.memory.peak_unsharded_bytes);
 }
 
 TEST(ShardingScope, RejectsACheckpointedUnitThatContainsAnother) {

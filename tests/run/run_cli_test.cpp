@@ -257,6 +257,40 @@ TEST(RunCli, TwoRanksTrainLikeOneProcessOnTheGlobalBatch) {
             m.attr("wte").toModule().attr("weight").toTensor().data_ptr());
 }
 
+// A unit kept gathered from its forward to its backward (--keep-after-forward) skips its
+// backward all-gather and trains as before: the losses of single-process training, with the
+// two microbatches of each step.
+TEST(RunCli, AUnitKeptAfterForwardTrainsLikeOneProcess) {
+  const std::string plan = temp_path("run_kept.plan.json");
+  const RunResult planned =
+      mfsdp({"plan", kModel, "--world-size", "2", "--unit", "layers.*", "--unit", "<root>",
+             "--keep-after-forward", "layers.0", "-o", plan, "-q"});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const nlohmann::json units = nlohmann::json::parse(read_file(plan))["units"];
+  for (const auto& u : units) {
+    EXPECT_EQ(u["kept_after_forward"], u["name"] != "layers.1") << u.dump();
+  }
+  const executor::TrainConfig config = shared_config(3);
+  const std::string metrics = temp_path("run_kept.jsonl");
+  std::filesystem::remove(metrics);
+  const RunResult r =
+      mfsdp(with(run_args(plan, config), {"--nproc-per-node", "2", "--metrics", metrics}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const Reference reference = train_reference(config);
+  std::map<int64_t, double> losses;
+  for (const auto& j : metric_lines(metrics)) {
+    if (j.contains("loss") && j.at("rank") == 0) {
+      losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+    }
+  }
+  ASSERT_EQ(losses.size(), reference.losses.size());
+  for (size_t s = 0; s < reference.losses.size(); ++s) {
+    EXPECT_NEAR(losses.at(static_cast<int64_t>(s) + 1), reference.losses[s],
+                1e-5 * std::abs(reference.losses[s]))
+        << "step " << s + 1;
+  }
+}
+
 // The activation peak a plan made with --trace-input predicts, scaled from the traced batch to
 // the run's microbatch, is what each rank measures, within 10 %: on the bundled example
 // (traced on 8 sequences, run on microbatches of 4) and on the tied-embedding fixture.

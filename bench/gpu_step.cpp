@@ -7,6 +7,11 @@
 //
 //   build/bench/mfsdp_bench_gpu PLAN.json MODEL.pt [--device cuda|cpu] [--batch 8] [--seq 128]
 //                               [--steps 10] [--warmup 3] [--rounds 2] [--lr 1e-4]
+//   build/bench/mfsdp_bench_gpu --reference [--device cuda|cpu]
+//
+// --reference prints only the reference matmul's GFLOP/s on the device (what mfsdp probe
+// records as compute.reference_gflops): over a plan's trace.calibration_gflops it is the
+// --compute-scale that takes a CPU trace to this GPU where mfsdp probe cannot run (one GPU).
 //
 // scripts/gpu-check runs it on the GPU (docs/gpu.md); reported, never asserted.
 #include <algorithm>
@@ -27,6 +32,7 @@
 #include "executor/runtime/context.h"
 #include "executor/runtime/torch_cuda_stream.h"
 #include "executor/train/sharded_optimizer.h"
+#include "planner/torchscript/reference_compute.h"
 #include "schema/error.h"
 
 namespace {
@@ -39,12 +45,14 @@ struct Options {
   int64_t batch = 8, seq = 128;
   int steps = 10, warmup = 3, rounds = 2;
   double lr = 1e-4;
+  bool reference = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "mfsdp_bench_gpu: " << why
             << "\nusage: mfsdp_bench_gpu PLAN.json MODEL.pt [--device cuda|cpu] [--batch N] "
-               "[--seq N] [--steps N] [--warmup N] [--rounds N] [--lr X]\n";
+               "[--seq N] [--steps N] [--warmup N] [--rounds N] [--lr X]\n"
+               "       mfsdp_bench_gpu --reference [--device cuda|cpu]\n";
   std::exit(2);
 }
 
@@ -59,6 +67,8 @@ Options parse(int argc, char** argv) {
     };
     if (a == "--device")
       o.device = value();
+    else if (a == "--reference")
+      o.reference = true;
     else if (a == "--batch")
       o.batch = std::stoll(value());
     else if (a == "--seq")
@@ -76,6 +86,7 @@ Options parse(int argc, char** argv) {
     else
       positional.push_back(a);
   }
+  if (o.reference && positional.empty()) return o;
   if (positional.size() != 2) usage("give PLAN.json and MODEL.pt");
   o.plan = positional[0];
   o.model = positional[1];
@@ -198,6 +209,11 @@ int main(int argc, char** argv) {
     if (device.is_cuda() && !torch::cuda::is_available()) {
       std::cerr << "mfsdp_bench_gpu: --device cuda, but LibTorch sees no GPU\n";
       return 2;
+    }
+    if (o.reference) {
+      std::printf("reference matmul: %.1f GFLOP/s on %s\n", planner::reference_gflops(device.str()),
+                  device.str().c_str());
+      return 0;
     }
     int64_t vocab = 0;
     for (const auto& p : torch::jit::load(o.model).named_parameters()) {

@@ -16,6 +16,7 @@
 #include "cli/rank_launch.h"
 #include "cli/whole_number.h"
 #include "executor/comm/collective_probe.h"
+#include "executor/runtime/cuda_runtime.h"
 #include "executor/train/probe.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
@@ -48,10 +49,15 @@ Examples:
   # Under torchrun or srun each process is the rank it was given:
   torchrun --no-python --nproc-per-node 8 $(which mfsdp-torch) probe -o profile.json
 
+  # NCCL on this node's 8 GPUs, one rank per GPU (LOCAL_RANK picks it, as for mfsdp run):
+  mfsdp probe --device cuda --nproc-per-node 8 -o gpus.json
+
 Sizes are unsharded bytes (all-gather output, reduce-scatter input, all-reduce buffer):
 MIN..MAX steps by 4 from MIN and ends at MAX; a list like 4KiB,1MiB,16MiB names each one.
-Exit codes: 0 ok, 2 bad flags, 5 the profile cannot be written, 6 a rank failed (rendezvous,
-collective), or a failed rank's code.
+With --device cuda the collectives are NCCL's and the compute is timed on the GPUs; NCCL needs
+a GPU per rank, so one GPU cannot be probed: use a built-in profile and --compute-scale there.
+Exit codes: 0 ok, 2 bad flags (fewer than two ranks too), 5 the profile cannot be written, 6 a
+rank failed (rendezvous, collective) or cannot use a GPU of its own, or a failed rank's code.
 )";
 
 constexpr int64_t kMaxSize = int64_t{1} << 30;
@@ -179,12 +185,56 @@ schema::Profile read_profile(const std::string& path) {
   }
 }
 
+// Fewer than two ranks: nothing to time. `more` says how to start more; with --device cuda
+// each also needs a GPU of its own.
+[[noreturn]] void refuse_one_rank(const std::string& device, const std::string& more) {
+  if (device != "cuda") {
+    fail(ExitCode::kUsage, "mfsdp probe needs two or more ranks to time collectives; " + more);
+  }
+  fail(ExitCode::kUsage,
+       "mfsdp probe needs two or more ranks to time collectives, and with --device cuda a GPU "
+       "for each (NCCL cannot put two ranks on one GPU): " +
+           more +
+           ", one per GPU; with one GPU, predict with a built-in profile and --compute-scale "
+           "instead (docs/predict.md)");
+}
+
+// --device cuda: whether each of this node's ranks can use a GPU of its own, asked before any
+// rank starts, with the reason and exit code every rank would give (as mfsdp run asks).
+void check_gpus_here(const LauncherFlags& flags, int64_t world) {
+  const auto usable = [&](int local_ranks, int local) {
+    executor::LaunchEnv env;
+    env.world_size = static_cast<int>(world);
+    env.local_world_size = local_ranks;
+    env.local_rank = local;
+    env.rank = flags.node_rank * flags.nproc_per_node + local;
+    return executor::gpu_availability(env);
+  };
+  for (int local = 0; local < flags.nproc_per_node; ++local) {
+    const executor::GpuAvailability gpu = usable(flags.nproc_per_node, local);
+    if (gpu.available) continue;
+    // One GPU here, and more ranks: the plain answer is that it cannot be probed here.
+    if (usable(1, 0).available && !usable(2, 1).available) {
+      fail(ExitCode::kRuntime,
+           "mfsdp probe --device cuda: this node has one GPU, and NCCL needs one per rank, so " +
+               std::to_string(flags.nproc_per_node) +
+               " ranks cannot time collectives here; probe a node with 2 or more GPUs (or "
+               "--nproc-per-node 1 on each of 2 or more nodes), or predict with a built-in "
+               "profile and --compute-scale (docs/predict.md)");
+    }
+    fail(ExitCode::kRuntime, "rank " +
+                                 std::to_string(flags.node_rank * flags.nproc_per_node + local) +
+                                 " cannot probe on a GPU: " + gpu.why_not + "; " + gpu.fix +
+                                 ", or probe with --device cpu");
+  }
+}
+
 // One rank: measure, and on rank 0 write the profile.
 void probe_as_rank(const ProbeFlags& flags, const std::vector<int64_t>& sizes, int repeats) {
   const executor::LaunchEnv env = executor::LaunchEnv::from_environment();
   if (env.world_size < 2) {
-    fail(ExitCode::kUsage,
-         "mfsdp probe needs two or more ranks to time collectives; this world has one");
+    refuse_one_rank(flags.device,
+                    flags.device == "cuda" ? "start two or more ranks" : "this world has one");
   }
   check_sizes_for_world(sizes, flags.sizes, env.world_size);
   // Rank 0 finds out now, not after the measurements, that it cannot write the profile.
@@ -194,6 +244,7 @@ void probe_as_rank(const ProbeFlags& flags, const std::vector<int64_t>& sizes, i
   config.warmup = kWarmup;
   config.repeats = repeats;
   config.threads = flags.launcher.threads > 0 ? flags.launcher.threads : env_threads();
+  config.device = flags.device;
   const std::optional<schema::Profile> profile = executor::probe(config, env);
   if (!profile) return;
   schema::write_file_atomically(flags.output, schema::profile_text(*profile));
@@ -210,12 +261,6 @@ void probe(ProbeFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   const int repeats =
       static_cast<int>(whole_number(flags.repeats, "--repeats", 1, 100000, "from 1 to 100000"));
   const std::vector<int64_t> sizes = parse_sizes(flags.sizes);
-  if (flags.device != "cpu") {
-    fail(ExitCode::kUsage,
-         "mfsdp probe --device " + flags.device +
-             ": not yet; probe measures Gloo on the CPU only so far (NCCL on GPUs is still to "
-             "come); use --device cpu, the default");
-  }
   if (join_as_rank(launcher)) {
     probe_as_rank(flags, sizes, repeats);
     return;
@@ -225,13 +270,10 @@ void probe(ProbeFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   check_launch_flags(launcher, cmd);
   if (launcher.nproc_per_node == 0) launcher.nproc_per_node = 2;
   const int64_t world = static_cast<int64_t>(launcher.nnodes) * launcher.nproc_per_node;
-  if (world < 2) {
-    fail(ExitCode::kUsage,
-         "mfsdp probe needs two or more ranks to time collectives; pass --nproc-per-node "
-         "2 or more");
-  }
+  if (world < 2) refuse_one_rank(flags.device, "pass --nproc-per-node 2 or more");
   check_sizes_for_world(sizes, flags.sizes, world);
   if (launcher.node_rank == 0) check_output_directory("-o", flags.output);
+  if (flags.device == "cuda") check_gpus_here(launcher, world);
   const launch::LaunchOptions options = rank_launch_options(launcher, argc, argv, "probe");
   std::cout.flush();
   std::cerr.flush();
@@ -259,7 +301,8 @@ void add_probe_command(CLI::App& app, int argc, char** argv) {
                   "Timed calls per collective and size, after 3 warm-up calls (default 15)")
       ->type_name("INT");
   cmd->add_option("--device", flags->device,
-                  "cpu (default): Gloo on the CPU; cuda (NCCL) is not probed yet")
+                  "cpu (default): Gloo on the CPU; cuda: NCCL, one GPU per rank (LOCAL_RANK picks "
+                  "it), compute timed on the GPU")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing on success");
   add_launcher_flags(*cmd, flags->launcher, "2");

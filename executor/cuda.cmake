@@ -1,6 +1,7 @@
-# The GPU backend (docs/gpu.md): CUDA streams and events, device slots, device selection and
-# NCCL communicators. Plain C++ against the CUDA runtime and NCCL (no .cu files), built only
-# when cmake/cuda.cmake enabled it. Its own library, so CPU-only builds are unchanged.
+# The GPU backend (docs/gpu.md): CUDA streams and events, device slots, device selection,
+# NCCL communicators and mfsdp probe's NCCL lanes. Plain C++ against the CUDA runtime and
+# NCCL (no .cu files), built only when cmake/cuda.cmake enabled it. Its own library, so
+# CPU-only builds are unchanged.
 if(NOT MFSDP_CUDA_ENABLED)
   return()
 endif()
@@ -10,6 +11,7 @@ add_library(mfsdp_executor_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/comm/nccl_communicator.cpp
   ${CMAKE_CURRENT_LIST_DIR}/comm/nccl_dtype.cpp
   ${CMAKE_CURRENT_LIST_DIR}/comm/nccl_error.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/comm/nccl_probe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/comm/nccl_watchdog.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_device.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime/cuda_error.cpp

@@ -19,27 +19,66 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One kind's stream and communicator; the communicator goes first, since the work it
+// A Gloo communicator on its CPU stream; the communicator goes first, since the work it
 // queued runs on the stream.
-struct Lane {
-  std::string kind;
-  std::unique_ptr<Stream> stream;
-  std::unique_ptr<GlooCommunicator> comm;
+class GlooLane final : public ProbeLane {
+ public:
+  GlooLane(std::unique_ptr<Stream> stream, std::unique_ptr<GlooCommunicator> comm)
+      : stream_(std::move(stream)), comm_(std::move(comm)) {}
+  Communicator& comm() override { return *comm_; }
+  int64_t time(const std::function<void()>& issue) override {
+    const auto start = Clock::now();
+    issue();
+    comm_->stream().record()->wait();
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+  }
+
+ private:
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<GlooCommunicator> comm_;
 };
 
-// Issues one `kind` call over `elements` float32 per rank, as the runtime does, and waits for
-// the event recorded after it.
-void issue(Lane& lane, std::vector<float>& in, std::vector<float>& out, size_t elements) {
-  GlooCommunicator& comm = *lane.comm;
-  const size_t world = static_cast<size_t>(comm.size());
-  if (lane.kind == "all_gather") {
-    comm.all_gather(in.data(), out.data(), elements * sizeof(float), "probe all-gather");
-  } else if (lane.kind == "reduce_scatter") {
-    comm.reduce_scatter(in.data(), out.data(), elements, ReduceOp::kAvg, "probe reduce-scatter");
-  } else {
-    comm.all_reduce(in.data(), elements * world, ReduceOp::kAvg, "probe all-reduce");
+class GlooProbeBackend final : public ProbeBackend {
+ public:
+  GlooProbeBackend(Rendezvous& rendezvous, std::chrono::milliseconds timeout)
+      : rendezvous_(rendezvous), timeout_(timeout) {}
+  const std::string& name() const override { return name_; }
+  const std::string& compute_device() const override { return cpu_; }
+  const std::string& device_name() const override { return cpu_; }
+  std::vector<std::unique_ptr<ProbeLane>> lanes(const std::vector<std::string>& names) override {
+    std::vector<int> group(rendezvous_.world_size());
+    std::iota(group.begin(), group.end(), 0);
+    std::vector<std::unique_ptr<ProbeLane>> made;
+    for (const std::string& name : names) {
+      std::unique_ptr<Stream> stream = make_cpu_stream("probe " + name);
+      std::unique_ptr<GlooCommunicator> comm =
+          rendezvous_.gloo_communicator("probe/" + name, group, *stream, timeout_);
+      made.push_back(std::make_unique<GlooLane>(std::move(stream), std::move(comm)));
+    }
+    return made;
   }
-  comm.stream().record()->wait();
+  std::shared_ptr<float> ones(size_t count) override {
+    auto values = std::make_shared<std::vector<float>>(count, 1.0f);
+    return std::shared_ptr<float>(values, values->data());
+  }
+
+ private:
+  const std::string name_ = "gloo";
+  const std::string cpu_ = "cpu";
+  Rendezvous& rendezvous_;
+  std::chrono::milliseconds timeout_;
+};
+
+// Issues one `kind` call over `elements` float32 per rank, as the runtime does.
+void issue(const std::string& kind, Communicator& comm, float* in, float* out, size_t elements) {
+  const size_t world = static_cast<size_t>(comm.size());
+  if (kind == "all_gather") {
+    comm.all_gather(in, out, elements * sizeof(float), "probe all-gather");
+  } else if (kind == "reduce_scatter") {
+    comm.reduce_scatter(in, out, elements, ReduceOp::kAvg, "probe reduce-scatter");
+  } else {
+    comm.all_reduce(in, elements * world, ReduceOp::kAvg, "probe all-reduce");
+  }
 }
 
 // This rank's times, one line per (kind, size), in nanoseconds.
@@ -71,23 +110,26 @@ const std::vector<std::string>& probed_collectives() {
   return kinds;
 }
 
+std::unique_ptr<ProbeBackend> make_gloo_probe_backend(Rendezvous& rendezvous,
+                                                      std::chrono::milliseconds timeout) {
+  return std::make_unique<GlooProbeBackend>(rendezvous, timeout);
+}
+
 int64_t probe_bytes(int64_t bytes, int world_size) {
   const int64_t per_rank = std::max<int64_t>(1, bytes / world_size / 4);
   return per_rank * world_size * 4;
 }
 
-std::vector<CollectiveSeries> probe_collectives(Rendezvous& rendezvous,
+std::vector<CollectiveSeries> probe_collectives(Rendezvous& rendezvous, ProbeBackend& backend,
                                                 const CollectiveProbeOptions& options) {
   const int world = rendezvous.world_size();
-  std::vector<int> group(world);
-  std::iota(group.begin(), group.end(), 0);
   std::vector<int64_t> sizes;
   for (int64_t bytes : options.sizes) sizes.push_back(probe_bytes(bytes, world));
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   const size_t most = sizes.empty() ? 0 : static_cast<size_t>(sizes.back() / 4);
 
-  // Ranks given other sizes would hang or crash inside Gloo; they are refused here instead.
+  // Ranks given other sizes would hang or crash inside Gloo or NCCL; they are refused here.
   std::ostringstream plan;
   plan << options.warmup << ' ' << options.repeats;
   for (int64_t bytes : sizes) plan << ' ' << bytes;
@@ -100,15 +142,11 @@ std::vector<CollectiveSeries> probe_collectives(Rendezvous& rendezvous,
     }
   }
 
+  // Ones: their sums and averages stay finite and exact, call after call. Made before the
+  // lanes, so that a failure closes (on a GPU: aborts) the communicators before they go.
+  const std::shared_ptr<float> in = backend.ones(most), out = backend.ones(most);
   // The runtime has a stream and a communicator per role; so has each kind here.
-  std::vector<Lane> lanes;
-  for (const std::string& kind : probed_collectives()) {
-    Lane lane{kind, make_cpu_stream("probe " + kind), nullptr};
-    lane.comm = rendezvous.gloo_communicator("probe/" + kind, group, *lane.stream, options.timeout);
-    lanes.push_back(std::move(lane));
-  }
-  // Ones: their sums and averages stay finite and exact, call after call.
-  std::vector<float> in(most, 1.0f), out(most, 1.0f);
+  std::vector<std::unique_ptr<ProbeLane>> lanes = backend.lanes(probed_collectives());
   std::vector<std::vector<int64_t>> times;  // per (kind, size), per timed call
   std::atomic<bool> stop{false};
   std::thread computing;
@@ -125,15 +163,14 @@ std::vector<CollectiveSeries> probe_collectives(Rendezvous& rendezvous,
       if (thread.joinable()) thread.join();
     }
   } joined{stop, computing};
-  for (Lane& lane : lanes) {
+  for (size_t kind = 0; kind < lanes.size(); ++kind) {
+    ProbeLane& lane = *lanes[kind];
     for (int64_t bytes : sizes) {
       const size_t elements = static_cast<size_t>(bytes / 4 / world);
       std::vector<int64_t>& row = times.emplace_back();
       for (int call = 0; call < options.warmup + options.repeats; ++call) {
-        const auto start = Clock::now();
-        issue(lane, in, out, elements);
-        const auto ns =
-            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+        const int64_t ns = lane.time(
+            [&] { issue(probed_collectives()[kind], lane.comm(), in.get(), out.get(), elements); });
         if (call >= options.warmup) row.push_back(ns);
       }
     }
@@ -167,12 +204,10 @@ std::vector<CollectiveSeries> probe_collectives(Rendezvous& rendezvous,
   return series;
 }
 
-double probe_contention(Rendezvous& rendezvous, const std::vector<CollectiveSeries>& series,
-                        int64_t bytes, const std::function<double()>& compute,
-                        std::chrono::milliseconds timeout) {
+double probe_contention(Rendezvous& rendezvous, ProbeBackend& backend,
+                        const std::vector<CollectiveSeries>& series, int64_t bytes,
+                        const std::function<double()>& compute) {
   const int world = rendezvous.world_size();
-  std::vector<int> group(world);
-  std::iota(group.begin(), group.end(), 0);
   bytes = probe_bytes(bytes, world);
   // The all-gather's time at the nearest size measured, scaled to `bytes`.
   double gather_us = 0;
@@ -186,11 +221,11 @@ double probe_contention(Rendezvous& rendezvous, const std::vector<CollectiveSeri
       }
     }
   }
-  Lane lane{"all_gather", make_cpu_stream("probe contention"), nullptr};
-  lane.comm = rendezvous.gloo_communicator("probe/contention", group, *lane.stream, timeout);
   const size_t elements = static_cast<size_t>(bytes / 4 / world);
-  std::vector<float> in(elements * static_cast<size_t>(world), 1.0f),
-      out(elements * static_cast<size_t>(world), 1.0f);
+  const std::shared_ptr<float> in = backend.ones(elements * static_cast<size_t>(world)),
+                               out = backend.ones(elements * static_cast<size_t>(world));
+  std::vector<std::unique_ptr<ProbeLane>> lanes = backend.lanes({"contention"});
+  Communicator& comm = lanes.front()->comm();
   std::vector<double> samples;
   for (int round = 0; round < 3; ++round) {
     rendezvous.exchange("probe/contention/alone/" + std::to_string(round), "");
@@ -205,17 +240,16 @@ double probe_contention(Rendezvous& rendezvous, const std::vector<CollectiveSeri
         std::max(2, static_cast<int>(std::ceil(1.5 * longest * 1e6 / std::max(gather_us, 1.0))));
     const auto start = Clock::now();
     for (int i = 0; i < calls; ++i) {
-      lane.comm->all_gather(in.data(), out.data(), elements * sizeof(float), "probe contention");
+      comm.all_gather(in.get(), out.get(), elements * sizeof(float), "probe contention");
     }
     const double beside = compute();
-    lane.comm->stream().record()->wait();
+    comm.stream().record()->wait();
     const double busy = std::chrono::duration<double>(Clock::now() - start).count();
     const double overlap = std::min(beside, busy);
     const double rest = alone - beside + overlap;  // the compute done while overlapped
     double c = rest > 0 ? overlap / rest - 1 : 4;
     samples.push_back(std::clamp(c, 0.0, 4.0));
   }
-  lane.comm.reset();
   return median(samples);
 }
 

@@ -81,17 +81,51 @@ TEST(ProbeCli, RejectsAnOutputInAMissingDirectoryBeforeStartingRanks) {
   EXPECT_FALSE(std::filesystem::exists(path));
 }
 
-TEST(ProbeCli, RefusesOneRankAndTheGpuWithOneLine) {
+TEST(ProbeCli, RefusesOneRankWithOneLine) {
   const std::string path = temp_path("probe.refused.json");
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--nproc-per-node", "1", "-o", path},
-        std::vector<std::string>{"--device", "cuda", "-o", path},
         std::vector<std::string>{"--repeats", "0", "-o", path}}) {
     const RunResult r = probe(args);
     EXPECT_EQ(r.exit_code, 2) << args[1] << ": " << r.err;
     EXPECT_EQ(lines(r.err), 1u) << r.err;
     EXPECT_FALSE(std::filesystem::exists(path));
   }
+}
+
+// One rank on a GPU cannot time NCCL collectives, and NCCL cannot put two on one GPU: exit 2,
+// saying what to do with one GPU, wherever this runs.
+TEST(ProbeCli, RefusesOneGpuRankSayingWhatToDoWithOneGpu) {
+  const std::string path = temp_path("probe.one-gpu.json");
+  const RunResult r = probe({"--device", "cuda", "--nproc-per-node", "1", "-o", path});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("NCCL cannot put two ranks on one GPU"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("with one GPU, predict with a built-in profile and --compute-scale"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// --device cuda where a rank cannot use a GPU of its own (here: a CPU-only LibTorch, a build
+// without the CUDA backend, no GPU, or one GPU for two ranks): exit 6 with the reason, asked
+// by the launcher before any rank starts, as mfsdp run asks.
+TEST(ProbeCli, CudaWhereARankCannotUseAGpuFailsWithOneLineBeforeStartingRanks) {
+  const std::string path = temp_path("probe.no-gpu.json");
+  std::filesystem::remove(path);
+  const RunResult r =
+      probe({"--device", "cuda", "--sizes", "4KiB..64KiB", "--repeats", "3", "-o", path});
+  if (r.exit_code == 0) GTEST_SKIP() << "every rank here can probe on a GPU";
+  EXPECT_EQ(r.exit_code, 6) << r.out << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_EQ(r.err.find("[rank"), std::string::npos) << r.err;
+  const bool no_gpu = r.err.find("rank 0 cannot probe on a GPU: ") != std::string::npos &&
+                      r.err.find(", or probe with --device cpu\n") != std::string::npos;
+  const bool one_gpu =
+      r.err.find("this node has one GPU, and NCCL needs one per rank") != std::string::npos;
+  EXPECT_TRUE(no_gpu || one_gpu) << r.err;
+  EXPECT_EQ(r.err.find("not yet"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 }  // namespace

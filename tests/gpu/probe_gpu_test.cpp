@@ -1,0 +1,112 @@
+// mfsdp probe on GPUs (executor/train/probe.h, device cuda): NCCL lanes timed on their own
+// streams, compute timed on the GPU. One rank runs on any GPU machine; the two-rank test needs
+// two GPUs and skips otherwise (it is not an *OnGpu* test, which gpu-check requires to run).
+#include "executor/train/probe.h"
+
+#include <gtest/gtest.h>
+
+#include <exception>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "executor/comm/rendezvous.h"
+#include "executor/runtime/cuda_device.h"
+#include "gpu_required.h"
+#include "tests/executor/runtime/one_rank_world.h"
+
+namespace mfsdp::executor {
+namespace {
+
+using namespace std::chrono_literals;
+
+ProbeConfig small_gpu_probe() {
+  ProbeConfig config;
+  config.sizes = {4096, 65536};
+  config.repeats = 3;
+  config.device = "cuda";
+  config.timeout = 60s;
+  return config;
+}
+
+void expect_gpu_profile(const schema::Profile& profile, int world) {
+  EXPECT_EQ(profile.name, "probe");
+  EXPECT_EQ(profile.backend, "nccl");
+  EXPECT_NE(profile.device, "cpu");
+  EXPECT_FALSE(profile.device.empty());
+  EXPECT_FALSE(profile.threads_per_rank.has_value());
+  EXPECT_NE(profile.description.find(", nccl on " + profile.device + " GPUs (one per rank), "),
+            std::string::npos)
+      << profile.description;
+  ASSERT_EQ(profile.collectives.size(), 3u);
+  const std::vector<std::string> kinds = {"all_gather", "reduce_scatter", "all_reduce"};
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const schema::CollectiveProfile& c = profile.collectives[i];
+    EXPECT_EQ(c.kind, kinds[i]);
+    EXPECT_EQ(c.world_size, world);
+    ASSERT_EQ(c.points.size(), 2u) << c.kind;
+    EXPECT_EQ(c.points[0].bytes, 4096);
+    EXPECT_EQ(c.points[1].bytes, 65536);
+    for (const schema::ProfilePoint& p : c.points) EXPECT_GT(p.us, 0) << c.kind;
+  }
+  ASSERT_TRUE(profile.compute.reference_gflops.has_value());
+  EXPECT_GT(*profile.compute.reference_gflops, 0);
+  for (const char* optimizer : {"sgd", "adam", "adamw"}) {
+    ASSERT_EQ(profile.compute.optimizer_ns_per_element.count(optimizer), 1u) << optimizer;
+    EXPECT_GT(profile.compute.optimizer_ns_per_element.at(optimizer), 0) << optimizer;
+  }
+  ASSERT_TRUE(profile.compute.contention.has_value());
+  EXPECT_GE(*profile.compute.contention, 0);
+  EXPECT_LE(*profile.compute.contention, 4);
+}
+
+TEST(NcclProbeOnGpu, OneRankTimesEachCollectiveOnItsStreamAndComputesOnTheGpu) {
+  MFSDP_REQUIRE_GPU();
+  OneRankWorld world;
+  const std::optional<schema::Profile> profile = probe(small_gpu_probe(), world.env);
+  ASSERT_TRUE(profile.has_value());
+  expect_gpu_profile(*profile, 1);
+}
+
+// Two ranks in this process, one thread and one GPU each, as LOCAL_RANK 0 and 1 of a node.
+TEST(NcclProbeOnTwoGpus, TwoRanksWriteOneProfileOfTheirCollectives) {
+  MFSDP_REQUIRE_GPU();
+  const DeviceCount visible = query_device_count();
+  if (visible.count < 2) {
+    GTEST_SKIP() << "needs two GPUs; this machine has " << visible.count;
+  }
+  StoreHost host(0);
+  std::vector<std::optional<schema::Profile>> profiles(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      LaunchEnv env;
+      env.master_port = host.port();
+      env.rank = rank;
+      env.world_size = 2;
+      env.local_rank = rank;
+      env.local_world_size = 2;
+      env.agent_store = true;
+      env.secret = host.secret();
+      try {
+        profiles[rank] = probe(small_gpu_probe(), env);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  ASSERT_TRUE(profiles[0].has_value());
+  EXPECT_FALSE(profiles[1].has_value()) << "only rank 0 returns the profile";
+  expect_gpu_profile(*profiles[0], 2);
+  EXPECT_NE(profiles[0]->description.find("measured by mfsdp probe: 2 ranks on "),
+            std::string::npos)
+      << profiles[0]->description;
+}
+
+}  // namespace
+}  // namespace mfsdp::executor

@@ -278,10 +278,12 @@ TEST(RunCli, AUnitKeptAfterForwardTrainsLikeOneProcess) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const Reference reference = train_reference(config);
   std::map<int64_t, double> losses;
+  const int64_t planned_peak = schema::read_plan_file(plan).plan.memory.peak_unsharded_bytes;
   for (const auto& j : metric_lines(metrics)) {
-    if (j.contains("loss") && j.at("rank") == 0) {
-      losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-    }
+    if (!j.contains("loss")) continue;
+    // The slot layer holds what the plan says: the kept unit's slot stays through backward.
+    EXPECT_EQ(j.at("peak_unsharded_bytes").get<int64_t>(), planned_peak) << j.dump();
+    if (j.at("rank") == 0) losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
   }
   ASSERT_EQ(losses.size(), reference.losses.size());
   for (size_t s = 0; s < reference.losses.size(); ++s) {

@@ -4,18 +4,21 @@
 #include "cli/show_command.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/calibrate.h"
 #include "cli/plan_report.h"
 #include "cli/predict_flags.h"
 #include "cli/predict_report.h"
 #include "cli/validate_command.h"
 #include "cli/whole_number.h"
 #include "schema/error.h"
+#include "schema/plan_json.h"
 
 namespace mfsdp::cli {
 namespace {
@@ -26,6 +29,7 @@ struct ShowFlags {
   bool predict = false;
   PredictFlags prediction;
   std::string metrics_path, run_trace_path;
+  std::string calibrate_path;  // --calibrate: the calibrated profile to write
 };
 
 const char* kExamples = R"(
@@ -45,27 +49,59 @@ Examples:
   mfsdp show gpt-traced.plan.json --predict --profile h100-nvlink --compute-scale 0.02
   # ... and compare with what a run measured (per-unit errors from its --trace):
   mfsdp show gpt-traced.plan.json --predict --profile probe.json --metrics m.jsonl --run-trace t.json
+  # ... and fit the profile to that run, for predicting and choosing other plans on this machine:
+  mfsdp show gpt-traced.plan.json --predict --profile probe.json --metrics m.jsonl \
+      --calibrate calibrated.json
 
 A plan with problems is not shown: its problems go to stderr as 'FILE: json.path: what is
 wrong' (as in 'mfsdp validate') and the exit status is 1.
-Exit codes: 0 shown, 1 the plan is invalid, 2 bad flags or not a plan file.
+Exit codes: 0 shown, 1 the plan is invalid, 2 bad flags or not a plan file, 5 the calibrated
+profile cannot be written.
 )";
 
 void show_prediction(const schema::Plan& plan, const ShowFlags& flags) {
   PredictRequest request = predict_request(flags.prediction);
   request.metrics_path = flags.metrics_path;
   request.run_trace_path = flags.run_trace_path;
-  const PlanPrediction prediction = predict_plan(plan, request);
-  if (flags.format == "json") {
-    std::cout << prediction_json(prediction).dump(2) << "\n";
-  } else {
-    std::cout << render_prediction_text(prediction, flags.plan);
+  if (flags.calibrate_path.empty()) {
+    const PlanPrediction prediction = predict_plan(plan, request);
+    if (flags.format == "json") {
+      std::cout << prediction_json(prediction).dump(2) << "\n";
+    } else {
+      std::cout << render_prediction_text(prediction, flags.plan);
+    }
+    return;
   }
+  // --calibrate: the profile fitted to the run, written, and the plan predicted on it.
+  const PlanPrediction before = predict_plan(plan, request);
+  const CalibrationFit fit =
+      calibrate(plan, before.profile, request, *before.measured, flags.plan, flags.metrics_path);
+  schema::write_file_atomically(flags.calibrate_path, schema::profile_text(fit.profile));
+  const PlanPrediction after = predict_plan(plan, fit.profile, request);
+  char factors[160];
+  std::snprintf(factors, sizeof factors, "compute x%.3f, collectives x%.3f", fit.compute_factor,
+                fit.collective_factor);
+  if (flags.format == "json") {
+    nlohmann::ordered_json j = prediction_json(after);
+    j["calibration"] = {{"profile", flags.calibrate_path},
+                        {"compute_factor", fit.compute_factor},
+                        {"collective_factor", fit.collective_factor},
+                        {"uncalibrated_step_ms", before.prediction.step_us / 1000},
+                        {"notes", fit.notes}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  char was[96];
+  std::snprintf(was, sizeof was, "%.2f ms", before.prediction.step_us / 1000);
+  std::cout << render_prediction_text(after, flags.plan) << "calibrated    " << factors
+            << " against " << flags.metrics_path << " (uncalibrated step " << was
+            << "); profile written to " << flags.calibrate_path << "\n";
+  for (const std::string& note : fit.notes) std::cout << "note          " << note << "\n";
 }
 
 void check_predict_flags(const CLI::App& cmd, const ShowFlags& flags) {
   for (const char* flag : {"--profile", "--microbatches", "--microbatch-size", "--compute-scale",
-                           "--optimizer", "--metrics", "--run-trace"}) {
+                           "--optimizer", "--metrics", "--run-trace", "--calibrate"}) {
     if (!flags.predict && cmd.count(flag) > 0) {
       fail(ExitCode::kUsage, std::string(flag) + " is for --predict; add --predict");
     }
@@ -74,6 +110,10 @@ void check_predict_flags(const CLI::App& cmd, const ShowFlags& flags) {
     fail(ExitCode::kUsage,
          "--predict needs --profile FILE|NAME: a file from mfsdp probe, or a built-in "
          "(h100-nvlink, h200-nvlink, ib-400g; docs/predict.md#profiles)");
+  }
+  if (!flags.calibrate_path.empty() && flags.metrics_path.empty()) {
+    fail(ExitCode::kUsage,
+         "--calibrate fits the profile to a run: give that run's --metrics file too");
   }
   if (flags.predict && flags.format == "dot") {
     fail(ExitCode::kUsage, "--predict prints text or json, not dot");
@@ -126,6 +166,10 @@ void add_show_command(CLI::App& app) {
       ->type_name("FILE");
   cmd->add_option("--run-trace", flags->run_trace_path,
                   "A run's --trace file: report measured per-unit times beside the predicted")
+      ->type_name("FILE");
+  cmd->add_option("--calibrate", flags->calibrate_path,
+                  "With --metrics: fit the profile's compute and collective times to that run "
+                  "and write the calibrated profile to this file (docs/predict.md)")
       ->type_name("FILE");
   cmd->callback([cmd, flags] {
     check_predict_flags(*cmd, *flags);

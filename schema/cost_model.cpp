@@ -77,6 +77,13 @@ CostModel step_costs(const Plan& plan, const Profile& profile, const PredictOpti
                                : "the trace has no calibration_gflops") +
                           "; give --compute-scale for another device");
   }
+  if (profile.compute.run_factor) {
+    model.calibration *= *profile.compute.run_factor;
+    model.notes.push_back("compute: x " + number_text(*profile.compute.run_factor) +
+                          " more, as a run measured it (profile '" + profile.name + "' calibrated" +
+                          (profile.calibration ? " against " + profile.calibration->metrics : "") +
+                          ")");
+  }
   model.compute_scale = model.calibration * static_cast<double>(model.microbatch_samples) /
                         static_cast<double>(model.traced_batch);
   if (model.microbatch_samples != model.traced_batch) {

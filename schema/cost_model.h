@@ -27,7 +27,7 @@ struct PredictOptions {
 struct CostModel {
   StepCosts costs;
   double compute_scale = 1;  // applied: calibration times microbatch_samples / traced batch
-  double calibration = 1;    // the device part of compute_scale
+  double calibration = 1;    // the device part of compute_scale (the run factor included)
   int64_t traced_batch = 1;
   int64_t microbatch_samples = 1;
   std::vector<std::string> notes;  // what was assumed: shown to the user

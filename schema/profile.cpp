@@ -122,6 +122,25 @@ ComputeProfile read_compute(const json& value) {
   if (const json* contention = f.find("contention")) {
     c.contention = f.number(*contention, f.at("contention"));
   }
+  if (const json* factor = f.find("run_factor")) {
+    c.run_factor = f.number(*factor, f.at("run_factor"));
+    if (*c.run_factor <= 0) bad(f.at("run_factor"), "must be > 0");
+  }
+  f.finish();
+  return c;
+}
+
+ProfileCalibration read_calibration(const json& value) {
+  Fields f(value, "calibration");
+  ProfileCalibration c;
+  c.plan = f.text("plan");
+  c.metrics = f.text("metrics");
+  c.compute_factor = f.number("compute_factor");
+  c.collective_factor = f.number("collective_factor");
+  for (const char* key : {"compute_factor", "collective_factor"}) {
+    const double v = std::string(key) == "compute_factor" ? c.compute_factor : c.collective_factor;
+    if (v <= 0) bad(f.at(key), "must be > 0");
+  }
   f.finish();
   return c;
 }
@@ -307,8 +326,39 @@ ordered_json profile_to_json(const Profile& profile) {
     compute["optimizer_ns_per_element"] = per;
   }
   if (profile.compute.contention) compute["contention"] = *profile.compute.contention;
+  if (profile.compute.run_factor) compute["run_factor"] = *profile.compute.run_factor;
   j["compute"] = compute;
+  if (profile.calibration) {
+    const ProfileCalibration& c = *profile.calibration;
+    j["calibration"] = {{"plan", c.plan},
+                        {"metrics", c.metrics},
+                        {"compute_factor", c.compute_factor},
+                        {"collective_factor", c.collective_factor}};
+  }
   return j;
+}
+
+Profile calibrated_profile(const Profile& profile, const ProfileCalibration& calibration) {
+  for (const double factor : {calibration.compute_factor, calibration.collective_factor}) {
+    if (!(factor > 0) || !std::isfinite(factor)) {
+      fail(ExitCode::kUsage,
+           "a calibration factor must be a finite number > 0, not " + std::to_string(factor));
+    }
+  }
+  Profile out = profile;
+  for (CollectiveProfile& c : out.collectives) {
+    c.cost.latency_us *= calibration.collective_factor;
+    if (c.cost.bytes_per_us > 0) c.cost.bytes_per_us /= calibration.collective_factor;
+    for (ProfilePoint& point : c.points) point.us *= calibration.collective_factor;
+  }
+  out.compute.run_factor = profile.compute.run_factor.value_or(1) * calibration.compute_factor;
+  ProfileCalibration recorded = calibration;
+  if (profile.calibration) {  // a second calibration composes with the first
+    recorded.compute_factor *= profile.calibration->compute_factor;
+    recorded.collective_factor *= profile.calibration->collective_factor;
+  }
+  out.calibration = recorded;
+  return out;
 }
 
 std::string profile_text(const Profile& profile) {
@@ -340,6 +390,9 @@ Profile parse_profile(const json& doc) {
     p.collectives.push_back(std::move(c));
   }
   if (const json* compute = f.find("compute")) p.compute = read_compute(*compute);
+  if (const json* calibration = f.find("calibration")) {
+    p.calibration = read_calibration(*calibration);
+  }
   f.finish();
   return p;
 }

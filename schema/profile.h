@@ -46,6 +46,17 @@ struct ComputeProfile {
   // 1 / (1 + contention) of its speed while one runs (0: not at all; 1: it loses the
   // collective's whole time, as when loopback TCP and compute share saturated cores).
   std::optional<double> contention;
+  // A run's compute over what the prediction gave it, as `mfsdp show --calibrate` fitted it
+  // (docs/predict.md#calibrating-against-a-run): multiplies every traced compute time.
+  std::optional<double> run_factor;
+};
+
+// Where a calibrated profile's factors come from (`mfsdp show --calibrate`): the run's plan
+// and metrics, the factor on compute (ComputeProfile::run_factor) and the one its
+// collectives' latencies and times per byte were multiplied by.
+struct ProfileCalibration {
+  std::string plan, metrics;
+  double compute_factor = 1, collective_factor = 1;
 };
 
 struct Profile {
@@ -57,6 +68,7 @@ struct Profile {
   std::optional<int64_t> threads_per_rank;  // the intra-op threads the probe's ranks ran
   std::vector<CollectiveProfile> collectives;
   ComputeProfile compute;
+  std::optional<ProfileCalibration> calibration;
 };
 
 // Least-squares fit of time = latency + bytes / bandwidth, weighted by 1/time^2 so that
@@ -71,6 +83,11 @@ CollectiveCost fit_collective(const std::vector<ProfilePoint>& points);
 // world size of 1 costs nothing. Error(kUsage) when the profile has no entry for `kind`.
 CollectiveCost collective_cost(const Profile& profile, const std::string& kind, int64_t world_size,
                                std::string* note = nullptr);
+
+// `profile` with every collective `collective_factor` times slower (latency, time per byte
+// and the measured points) and compute `compute_factor` times slower (its run_factor), the
+// calibration recorded. Error(kUsage) for a factor that is not a finite number > 0.
+Profile calibrated_profile(const Profile& profile, const ProfileCalibration& calibration);
 
 // JSON, as documented in docs/predict.md#profile-format. Parsing checks every field and
 // throws Error(kUsage) naming the field.

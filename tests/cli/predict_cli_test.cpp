@@ -107,6 +107,62 @@ TEST(PredictCli, ShowPredictReadsARunsMetricsAndReportsTheError) {
   EXPECT_NE(text.out.find("critical path"), std::string::npos) << text.out;
 }
 
+// --calibrate fits the profile to what a run measured: predicted on the profile it writes,
+// the plan's step and exposed communication are the run's.
+TEST(PredictCli, CalibrateFitsTheProfileToARunsStepAndExposedTime) {
+  const RunResult plain =
+      mfsdp({"show", traced_plan(), "--predict", "--profile", profile_file(), "--format", "json"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const double step = json::parse(plain.out)["step_ms"].get<double>();
+  const double exposed = json::parse(plain.out)["exposed_comm_ms"].get<double>();
+  // A run 1.8 times as long, waiting 2.5 times as long for its collectives.
+  const std::string metrics = own_path("calibrate.metrics.jsonl");
+  std::ofstream out(metrics);
+  for (int s = 1; s <= 3; ++s) {
+    for (int rank = 0; rank < 2; ++rank) {
+      out << json{{"step", s},
+                  {"rank", rank},
+                  {"step_ms", 1.8 * step},
+                  {"exposed_comm_ms", 2.5 * exposed}}
+                 .dump()
+          << "\n";
+    }
+  }
+  out.close();
+  const std::string calibrated = own_path("calibrated.profile.json");
+  const RunResult r = mfsdp({"show", traced_plan(), "--predict", "--profile", profile_file(),
+                             "--metrics", metrics, "--calibrate", calibrated});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("calibrated    compute x"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("profile written to " + calibrated), std::string::npos) << r.out;
+  const json profile = json::parse(read_file(calibrated));
+  EXPECT_EQ(profile["calibration"]["metrics"], metrics);
+  EXPECT_GT(profile["calibration"]["collective_factor"].get<double>(), 1);
+  EXPECT_GT(profile["compute"]["run_factor"].get<double>(), 1);
+  const RunResult again =
+      mfsdp({"show", traced_plan(), "--predict", "--profile", calibrated, "--format", "json"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NEAR(json::parse(again.out)["step_ms"].get<double>(), 1.8 * step, 0.01 * step);
+  EXPECT_NEAR(json::parse(again.out)["exposed_comm_ms"].get<double>(), 2.5 * exposed,
+              0.01 * exposed + 0.001);
+
+  const auto refused = [](const std::vector<std::string>& args, const std::string& text) {
+    const RunResult bad = mfsdp(args);
+    EXPECT_EQ(bad.exit_code, 2) << bad.err;
+    EXPECT_NE(bad.err.find(text), std::string::npos) << bad.err;
+  };
+  refused(
+      {"show", traced_plan(), "--predict", "--profile", profile_file(), "--calibrate", calibrated},
+      "--calibrate fits the profile to a run: give that run's --metrics file too");
+  const std::string waiting = own_path("calibrate.waiting.jsonl");
+  std::ofstream(waiting) << R"({"step":1,"rank":0,"step_ms":5,"exposed_comm_ms":5}
+{"step":2,"rank":0,"step_ms":5,"exposed_comm_ms":5}
+)";
+  refused({"show", traced_plan(), "--predict", "--profile", profile_file(), "--metrics", waiting,
+           "--calibrate", calibrated},
+          "is not longer than its exposed communication");
+}
+
 TEST(PredictCli, DiffWithAProfileAddsThePredictedStepOfBothPlans) {
   const std::string deeper = temp_path("predict.tied_lm.prefetch2.plan.json");
   ASSERT_EQ(mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "2", "--unit", "layers.*",

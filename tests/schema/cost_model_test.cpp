@@ -70,6 +70,18 @@ TEST(CostModel, ScalesTheTracesTimesByTheCalibrationAndTheMicrobatch) {
   EXPECT_DOUBLE_EQ(step_costs(traced(), with_all_reduce, options).costs.step_end_us, 71);
 }
 
+TEST(CostModel, ACalibratedProfilesRunFactorMultipliesCompute) {
+  Profile calibrated = profile();
+  calibrated.compute.run_factor = 1.5;
+  const CostModel m = step_costs(traced(), calibrated, {});
+  EXPECT_DOUBLE_EQ(m.calibration, 3);  // the matmul's 2, times the run's 1.5
+  EXPECT_DOUBLE_EQ(m.costs.backward_us.at("layers.0"), 500 * 3);
+  EXPECT_DOUBLE_EQ(m.costs.optimizer_us, 2.0 * (5152 + 6352 + 6352) / 1000);  // measured apart
+  bool said = false;
+  for (const std::string& note : m.notes) said = said || note.find("x 1.5 more") != note.npos;
+  EXPECT_TRUE(said);
+}
+
 TEST(CostModel, AGivenComputeScaleWinsAndEveryAssumptionIsANote) {
   PredictOptions options;
   options.compute_scale = 0.5;

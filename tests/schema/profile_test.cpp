@@ -101,6 +101,34 @@ TEST(ProfileJson, RoundTripsEveryField) {
   EXPECT_EQ(*back.compute.contention, 0.75);
 }
 
+// A profile fitted to a run (`mfsdp show --calibrate`): every collective slower by one
+// factor, compute by the other, both recorded; a second calibration composes with the first.
+TEST(ProfileCalibration, ScalesTheCollectivesAndComputeAndRecordsTheFactors) {
+  ProfileCalibration c{"gpt.plan.json", "m.jsonl", 1.25, 2};
+  const Profile once = calibrated_profile(two_sizes(), c);
+  EXPECT_EQ(once.collectives[0].cost.latency_us, 200);
+  EXPECT_EQ(once.collectives[0].cost.bytes_per_us, 500);
+  EXPECT_EQ(once.collectives[2].points[1].us, 76);
+  EXPECT_EQ(*once.compute.run_factor, 1.25);
+  // Any size costs twice what it did.
+  EXPECT_DOUBLE_EQ(once.collectives[1].cost.time_us(123456),
+                   2 * two_sizes().collectives[1].cost.time_us(123456));
+  const Profile twice = calibrated_profile(once, {"gpt.plan.json", "m2.jsonl", 2, 0.5});
+  EXPECT_EQ(twice.collectives[0].cost.latency_us, 100);
+  EXPECT_EQ(*twice.compute.run_factor, 2.5);
+  EXPECT_EQ(twice.calibration->metrics, "m2.jsonl");
+  EXPECT_EQ(twice.calibration->compute_factor, 2.5);
+  EXPECT_EQ(twice.calibration->collective_factor, 1);
+  const Profile back = parse_profile(nlohmann::json::parse(profile_text(once)));
+  EXPECT_EQ(profile_text(back), profile_text(once));
+  EXPECT_EQ(back.calibration->plan, "gpt.plan.json");
+  EXPECT_MFSDP_ERROR(calibrated_profile(two_sizes(), {"p", "m", 0, 1}), ExitCode::kUsage,
+                     "a calibration factor must be a finite number > 0");
+  nlohmann::json doc = nlohmann::json::parse(profile_text(once));
+  doc["compute"]["run_factor"] = 0;
+  EXPECT_MFSDP_ERROR(parse_profile(doc), ExitCode::kUsage, "compute.run_factor: must be > 0");
+}
+
 TEST(ProfileJson, RefusesWhatItDoesNotKnowNamingTheField) {
   nlohmann::json doc = nlohmann::json::parse(profile_text(two_sizes()));
   nlohmann::json extra = doc;

@@ -332,7 +332,7 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
          "--profile predicts the step from the unit times a trace measures; "
          "give --trace-input SHAPE (the run's per-rank microbatch)");
   }
-  int64_t trace_repeats = 3;
+  int64_t trace_repeats = planner::kAutoTimedSteps;
   if (!flags.trace_repeats.empty()) {
     if (flags.trace_inputs.empty()) {
       fail(ExitCode::kUsage, "--trace-repeats times the traced step; give --trace-input too");

@@ -126,7 +126,8 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& flags) {
   cmd.add_option("--trace-repeats", flags.trace_repeats,
                  "Time the traced step this many more times after the first and record the "
                  "median unit times, for predicting the step (docs/predict.md); 1 times the "
-                 "first step itself (default 3)")
+                 "first step itself (default: at least 3, and more until they took 0.5 s, at "
+                 "most 50)")
       ->type_name("N");
   cmd.add_option("--trace-threads", flags.trace_threads,
                  "Intra-op threads of the traced step, so that its times are a rank's "

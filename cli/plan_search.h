@@ -38,7 +38,7 @@ struct SearchInput {
   schema::Policy policy;  // the user's: the first policy tried, and what the others keep
   UnitChoice yours;       // the user's units; search_plans adds the others
   std::vector<planner::TraceInput> trace_inputs;  // none: by memory alone (no profile then)
-  int trace_repeats = 3;
+  int trace_repeats = planner::kAutoTimedSteps;
   std::optional<schema::Profile> profile;  // with a trace
   PredictRequest predict;  // microbatches, microbatch size, optimizer, compute scale
   std::optional<int64_t> memory_budget;

@@ -498,9 +498,15 @@ TracedRun trace_units(const std::string& model_path, const std::vector<std::stri
   run.batch = inputs.empty() ? 1 : inputs.front().shape.front();
   run.output_bytes = output_bytes;
   run.loss = run_loss;
-  if (timed_steps >= 2) {
+  if (timed_steps >= 2 || timed_steps == kAutoTimedSteps) {
     std::vector<TracedRun> timed;
-    for (int i = 0; i < timed_steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto more = [&](int done) {
+      if (timed_steps != kAutoTimedSteps) return done < timed_steps;
+      const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
+      return done < kAutoMinSteps || (done < kAutoMaxSteps && spent.count() < kAutoSeconds);
+    };
+    for (int i = 0; more(i); ++i) {
       KeptGradients kept;
       Tracer timer(unit_paths.size(), kept, param_dtype, checkpoints);
       int64_t ignored_bytes = 0;

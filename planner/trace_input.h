@@ -103,8 +103,14 @@ struct TracedRun {
 // Units with `checkpointed[i]` run under activation checkpointing, as in the run, so the
 // memory measured is what they keep and what their recompute in backward needs.
 // `timed_steps` >= 2 runs that many more steps after the first (same inputs, fresh hooks,
-// no memory counted) and takes the times from them, so that the first step's one-off costs
-// (allocations, first-call dispatch) stay out. Then it measures calibration_gflops.
+// no memory counted) and takes the median times from them, so that the first step's one-off
+// costs (allocations, first-call dispatch) stay out; kAutoTimedSteps runs at least
+// kAutoMinSteps and more until they took kAutoSeconds (at most kAutoMaxSteps), so that a short
+// step's median rests on enough samples. Then it measures calibration_gflops.
+inline constexpr int kAutoTimedSteps = 0;
+inline constexpr int kAutoMinSteps = 3, kAutoMaxSteps = 50;
+inline constexpr double kAutoSeconds = 0.5;
+
 TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
                       const std::vector<TraceInput>& inputs,
                       const std::optional<std::string>& param_dtype = std::nullopt,

@@ -7,6 +7,7 @@
 
 #include "schema/profile.h"
 #include "tests/cli/cli_test_support.h"
+#include "tests/schema/profile_expectations.h"
 
 namespace mfsdp::testing {
 namespace {
@@ -29,29 +30,7 @@ TEST(ProbeCli, WritesAProfileOfEachCollectiveAtTheLaunchedWorldSize) {
   EXPECT_EQ(profile.device, "cpu");
   ASSERT_TRUE(profile.threads_per_rank.has_value());
   EXPECT_GE(*profile.threads_per_rank, 1);
-  ASSERT_EQ(profile.collectives.size(), 3u);
-  const std::vector<std::string> kinds = {"all_gather", "reduce_scatter", "all_reduce"};
-  for (size_t i = 0; i < kinds.size(); ++i) {
-    const schema::CollectiveProfile& c = profile.collectives[i];
-    EXPECT_EQ(c.kind, kinds[i]);
-    EXPECT_EQ(c.world_size, 2);
-    EXPECT_GE(c.cost.latency_us, 0) << c.kind;
-    EXPECT_GE(c.cost.bytes_per_us, 0) << c.kind;
-    ASSERT_EQ(c.points.size(), 3u) << c.kind;
-    EXPECT_EQ(c.points[0].bytes, 4096);
-    EXPECT_EQ(c.points[1].bytes, 16384);
-    EXPECT_EQ(c.points[2].bytes, 65536);
-    for (const schema::ProfilePoint& p : c.points) EXPECT_GT(p.us, 0) << c.kind;
-  }
-  ASSERT_TRUE(profile.compute.reference_gflops.has_value());
-  EXPECT_GT(*profile.compute.reference_gflops, 0);
-  for (const char* optimizer : {"sgd", "adam", "adamw"}) {
-    ASSERT_EQ(profile.compute.optimizer_ns_per_element.count(optimizer), 1u) << optimizer;
-    EXPECT_GT(profile.compute.optimizer_ns_per_element.at(optimizer), 0) << optimizer;
-  }
-  ASSERT_TRUE(profile.compute.contention.has_value());
-  EXPECT_GE(*profile.compute.contention, 0);
-  EXPECT_LE(*profile.compute.contention, 4);
+  expect_probed_collectives_and_compute(profile, 2, {4096, 16384, 65536});
   // The launcher's summary, without the ranks' "[rank 0] " prefix.
   EXPECT_EQ(r.out.find("[rank"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\nall_gather "), std::string::npos) << r.out;

@@ -15,6 +15,7 @@
 #include "executor/runtime/cuda_device.h"
 #include "gpu_required.h"
 #include "tests/executor/runtime/one_rank_world.h"
+#include "tests/schema/profile_expectations.h"
 
 namespace mfsdp::executor {
 namespace {
@@ -39,26 +40,7 @@ void expect_gpu_profile(const schema::Profile& profile, int world) {
   EXPECT_NE(profile.description.find(", nccl on " + profile.device + " GPUs (one per rank), "),
             std::string::npos)
       << profile.description;
-  ASSERT_EQ(profile.collectives.size(), 3u);
-  const std::vector<std::string> kinds = {"all_gather", "reduce_scatter", "all_reduce"};
-  for (size_t i = 0; i < kinds.size(); ++i) {
-    const schema::CollectiveProfile& c = profile.collectives[i];
-    EXPECT_EQ(c.kind, kinds[i]);
-    EXPECT_EQ(c.world_size, world);
-    ASSERT_EQ(c.points.size(), 2u) << c.kind;
-    EXPECT_EQ(c.points[0].bytes, 4096);
-    EXPECT_EQ(c.points[1].bytes, 65536);
-    for (const schema::ProfilePoint& p : c.points) EXPECT_GT(p.us, 0) << c.kind;
-  }
-  ASSERT_TRUE(profile.compute.reference_gflops.has_value());
-  EXPECT_GT(*profile.compute.reference_gflops, 0);
-  for (const char* optimizer : {"sgd", "adam", "adamw"}) {
-    ASSERT_EQ(profile.compute.optimizer_ns_per_element.count(optimizer), 1u) << optimizer;
-    EXPECT_GT(profile.compute.optimizer_ns_per_element.at(optimizer), 0) << optimizer;
-  }
-  ASSERT_TRUE(profile.compute.contention.has_value());
-  EXPECT_GE(*profile.compute.contention, 0);
-  EXPECT_LE(*profile.compute.contention, 4);
+  testing::expect_probed_collectives_and_compute(profile, world, {4096, 65536});
 }
 
 TEST(NcclProbeOnGpu, OneRankTimesEachCollectiveOnItsStreamAndComputesOnTheGpu) {

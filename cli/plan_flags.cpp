@@ -140,7 +140,8 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& flags) {
       ->allow_extra_args(false);
   cmd.add_flag("--optimize", flags.optimize,
                "Try other units (every block + the model, with none, half or every block "
-               "checkpointed; the model alone) and policies (prefetch 0-2, streams, how many "
+               "checkpointed; a unit per repeated block class; the model alone) and policies "
+               "(prefetch 0-2, streams, how many "
                "units stay gathered for backward), predict each on --profile, and write the "
                "fastest that fits --memory-budget; without --trace-input, the one with the "
                "fewest collectives that fits (docs/predict.md)");

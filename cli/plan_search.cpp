@@ -42,7 +42,8 @@ schema::Plan plan_of(const SearchInput& in, const UnitChoice& units,
 
 // The units tried: yours; every ModuleList element plus the model (FSDP2's habit) with no
 // block, the first half of the blocks or every block checkpointed (with a trace, which
-// measures what that saves and costs); the model alone.
+// measures what that saves and costs); every module of a repeated block class plus the
+// model; the model alone.
 std::vector<UnitChoice> unit_choices(const SearchInput& in, int& blocks_choice) {
   std::vector<UnitChoice> out = {in.yours};
   out[0].checkpoint.resize(out[0].modules.size(), false);
@@ -83,6 +84,45 @@ std::vector<UnitChoice> unit_choices(const SearchInput& in, int& blocks_choice) 
     std::vector<bool> every(blocks.size(), true);
     every.back() = false;  // the model holds the blocks
     add("blocks + model, every block checkpointed", blocks, every);
+  }
+  // A unit per repeated block type: every module of a class with two or more instances that
+  // have modules of their own (blocks, not layers such as Linear) and hold no other instance,
+  // plus the model; the two such classes that hold the most parameters and are not a choice
+  // already.
+  std::map<std::string, std::vector<int>> by_type;
+  for (size_t m = 1; m < ir.modules.size(); ++m) {
+    const planner::ModuleNode& node = ir.modules[m];
+    const std::string type = node.type.substr(node.type.rfind('.') + 1);
+    if (node.children.empty() || type == "ModuleList" || type == "ModuleDict") continue;
+    by_type[node.type].push_back(static_cast<int>(m));
+  }
+  std::vector<std::pair<int64_t, std::string>> repeated;  // parameters held, class
+  for (const auto& [type, modules] : by_type) {
+    if (modules.size() < 2) continue;
+    bool apart = true;
+    for (int a : modules) {
+      for (int b : modules) apart = apart && (a == b || !ir.contains(a, b));
+    }
+    if (!apart) continue;
+    int64_t numel = 0;
+    for (int a : modules) {
+      for (size_t m = 0; m < ir.modules.size(); ++m) {
+        if (!ir.contains(a, static_cast<int>(m))) continue;
+        for (int t : ir.modules[m].params) numel += ir.tensors[static_cast<size_t>(t)].numel();
+      }
+    }
+    repeated.emplace_back(-numel, type);
+  }
+  std::sort(repeated.begin(), repeated.end());
+  int added = 0;
+  for (const auto& [negative_numel, type] : repeated) {
+    if (added == 2) break;
+    std::vector<int> modules = by_type.at(type);
+    modules.push_back(0);
+    const size_t before = out.size();
+    add("every " + type.substr(type.rfind('.') + 1) + " + model", modules,
+        std::vector<bool>(modules.size(), false));
+    added += out.size() > before ? 1 : 0;
   }
   add("model only", {0}, {false});
   return out;
@@ -327,10 +367,10 @@ void print_sweep(std::ostream& out, const SearchResult& result,
   });
   char row[320];
   if (result.predicted) {
-    std::snprintf(row, sizeof row, "  %-66s %12s %12s %12s  %s\n", "plan", "memory/rank", "step",
+    std::snprintf(row, sizeof row, "  %-72s %12s %12s %12s  %s\n", "plan", "memory/rank", "step",
                   "exposed", "");
   } else {
-    std::snprintf(row, sizeof row, "  %-66s %12s %12s  %s\n", "plan", "memory/rank", "collectives",
+    std::snprintf(row, sizeof row, "  %-72s %12s %12s  %s\n", "plan", "memory/rank", "collectives",
                   "");
   }
   out << "candidates (* on the Pareto front: none both "
@@ -349,11 +389,11 @@ void print_sweep(std::ostream& out, const SearchResult& result,
     if (static_cast<int>(i) == result.yours) marks += " yours";
     if (static_cast<int>(i) == result.fsdp2_default) marks += " fsdp2-like";
     if (result.predicted) {
-      std::snprintf(row, sizeof row, "  %-66s %12s %12s %12s  %s\n", c.label().c_str(),
+      std::snprintf(row, sizeof row, "  %-72s %12s %12s %12s  %s\n", c.label().c_str(),
                     format_bytes(c.memory_bytes).c_str(), ms_text(c.step_ms).c_str(),
                     ms_text(c.exposed_ms).c_str(), marks.c_str());
     } else {
-      std::snprintf(row, sizeof row, "  %-66s %12s %12lld  %s\n", c.label().c_str(),
+      std::snprintf(row, sizeof row, "  %-72s %12s %12lld  %s\n", c.label().c_str(),
                     format_bytes(c.memory_bytes).c_str(), static_cast<long long>(c.collectives),
                     marks.c_str());
     }

@@ -1,7 +1,8 @@
 #pragma once
 // `mfsdp plan --optimize` and `--sweep` (docs/predict.md#choosing-a-plan): plans of one model
 // that differ in their units (the user's; every block plus the model, with no, half or every
-// block checkpointed; the model alone) and their policy (prefetch 0, 1 or 2; one stream or
+// block checkpointed; every module of a repeated block class plus the model; the model alone)
+// and their policy (prefetch 0, 1 or 2; one stream or
 // two; resharding every unit after forward, keeping the last few units of forward gathered
 // for backward, or keeping them all). With a trace, each set of units is traced once and
 // every plan is predicted on a profile; without one, plans are weighed by memory and

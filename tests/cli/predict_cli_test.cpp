@@ -256,6 +256,9 @@ TEST(PlanSearchCli, SweepPrintsEveryCandidateAndWritesYourPlan) {
   EXPECT_NE(r.out.find("candidates (* on the Pareto front"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("yours, prefetch 1, reshard, 2 streams"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("model only, prefetch"), std::string::npos) << r.out;
+  // A unit per repeated block class: each MLP (and, apart, each attention) plus the model.
+  EXPECT_NE(r.out.find("every MLP + model, prefetch"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("every CausalSelfAttention + model, prefetch"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("world sizes"), std::string::npos) << r.out;
   const json plan = json::parse(read_file(out));
   EXPECT_EQ(plan["policy"]["forward_prefetch"], 1);  // yours, as given
@@ -389,7 +392,8 @@ TEST(PlanSearchCli, WithoutATraceOptimizeChoosesByMemoryAlone) {
   // plan that can overlap them (the model as one unit cannot).
   const RunResult roomy = with({"--optimize", "--memory-budget", "1GiB"});
   ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
-  EXPECT_NE(roomy.err.find("(no trace): yours, prefetch 1, keep, 2 streams"), std::string::npos)
+  EXPECT_NE(roomy.err.find(", prefetch 1, keep, 2 streams: 6 collectives per microbatch"),
+            std::string::npos)
       << roomy.err;
   const json kept = json::parse(read_file(out));
   EXPECT_EQ(kept["units"].size(), 3u);

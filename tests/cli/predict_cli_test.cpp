@@ -154,6 +154,15 @@ TEST(PredictCli, CalibrateFitsTheProfileToARunsStepAndExposedTime) {
   refused(
       {"show", traced_plan(), "--predict", "--profile", profile_file(), "--calibrate", calibrated},
       "--calibrate fits the profile to a run: give that run's --metrics file too");
+  // A profile that cannot be written: exit 5, one line, nothing printed as if it were done.
+  const RunResult unwritable =
+      mfsdp({"show", traced_plan(), "--predict", "--profile", profile_file(), "--metrics", metrics,
+             "--calibrate", "/nonexistent-directory/calibrated.json"});
+  EXPECT_EQ(unwritable.exit_code, 5) << unwritable.err;
+  EXPECT_NE(unwritable.err.find("cannot write /nonexistent-directory/calibrated.json"),
+            std::string::npos)
+      << unwritable.err;
+  EXPECT_EQ(unwritable.out.find("profile written to"), std::string::npos) << unwritable.out;
   const std::string waiting = own_path("calibrate.waiting.jsonl");
   std::ofstream(waiting) << R"({"step":1,"rank":0,"step_ms":5,"exposed_comm_ms":5}
 {"step":2,"rank":0,"step_ms":5,"exposed_comm_ms":5}

@@ -158,11 +158,6 @@ int64_t collective_count(const schema::Plan& plan) {
   return n;
 }
 
-std::string optimizer_of(const SearchInput& in) {
-  if (in.predict.optimizer) return *in.predict.optimizer;
-  return in.training && in.training->optimizer ? *in.training->optimizer : "adamw";
-}
-
 std::string ms_text(double ms) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2f ms", ms);
@@ -193,7 +188,7 @@ SearchResult search_plans(const SearchInput& in) {
   result.predicted = !in.trace_inputs.empty();
   int blocks = -1;
   const std::vector<UnitChoice> choices = unit_choices(in, blocks);
-  const std::string optimizer = optimizer_of(in);
+  const std::string optimizer = predicted_optimizer(in.training, in.predict);
   std::map<size_t, planner::TracedRun> traces;  // by choice
   const auto trace_of = [&](size_t c) -> const planner::TracedRun* {
     const auto it = traces.find(c);

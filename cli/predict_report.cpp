@@ -186,8 +186,7 @@ PlanPrediction predict_plan(const schema::Plan& plan, const schema::Profile& pro
     fail(ExitCode::kUsage,
          "--microbatches must be at least 1, not " + std::to_string(p.microbatches));
   }
-  p.optimizer = request.optimizer.value_or(
-      plan.training && plan.training->optimizer ? *plan.training->optimizer : "adamw");
+  p.optimizer = predicted_optimizer(plan.training, request);
   schema::PredictOptions options;
   options.compute_scale = request.compute_scale;
   options.optimizer = p.optimizer;
@@ -214,6 +213,12 @@ std::optional<int64_t> rank_memory_bytes(const schema::Plan& plan, const std::st
                              static_cast<double>(microbatch_samples) /
                              static_cast<double>(std::max<int64_t>(1, m.activations->microbatch));
   return rank_state_bytes(plan, optimizer) + static_cast<int64_t>(std::llround(activations));
+}
+
+std::string predicted_optimizer(const std::optional<schema::Training>& training,
+                                const PredictRequest& request) {
+  if (request.optimizer) return *request.optimizer;
+  return training && training->optimizer ? *training->optimizer : "adamw";
 }
 
 int64_t rank_state_bytes(const schema::Plan& plan, const std::string& optimizer) {

@@ -65,6 +65,11 @@ PlanPrediction predict_plan(const schema::Plan& plan, const schema::Profile& pro
 // the optimizer's state (adam and adamw: two moments; sgd: one momentum buffer; in the main
 // gradients' dtype), the gathered slots, and the activations the trace measured, scaled
 // linearly to `microbatch_samples`. None without a trace's activations.
+// The optimizer a prediction counts: --optimizer, else the training defaults' (the plan's
+// `training.optimizer`), else adamw.
+std::string predicted_optimizer(const std::optional<schema::Training>& training,
+                                const PredictRequest& request);
+
 // What a rank holds besides activations: sharded parameters and main gradients, the
 // optimizer's state (one buffer for sgd, two for adam and adamw) and the gathered slots.
 int64_t rank_state_bytes(const schema::Plan& plan, const std::string& optimizer);

@@ -356,8 +356,9 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   if (!flags.auto_units) {
     selectors = has_scope_file ? scope_file.units : selectors_in_flag_order(cmd, flags);
   }
-  const std::vector<int> modules = flags.auto_units ? planner::auto_units(model.ir())
-                                                    : planner::select_units(model.ir(), selectors);
+  const std::vector<std::vector<int>> modules =
+      flags.auto_units ? planner::one_module_units(planner::auto_units(model.ir()))
+                       : planner::select_units(model.ir(), selectors);
   const std::vector<bool> checkpoint =
       planner::checkpointed_units(model.ir(), modules, selectors, checkpoint_selectors(flags));
   const std::vector<std::optional<bool>> reshard =
@@ -379,15 +380,18 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
     planner::UnitOptions options;
     options.checkpoint = checkpoint[u];
     options.reshard_after_forward = reshard[u];
-    scope.fully_shard(model.ir().modules[modules[u]].path, options);
+    scope.fully_shard(planner::module_paths(model.ir(), modules[u]), options);
   }
   if (!trace_inputs.empty()) {
-    std::vector<std::string> unit_paths;
-    for (int m : modules) unit_paths.push_back(model.ir().modules[m].path);
+    std::vector<std::vector<std::string>> unit_paths;
+    for (const std::vector<int>& unit : modules) {
+      unit_paths.push_back(planner::module_paths(model.ir(), unit));
+    }
     // The threads a rank of this plan gets from mfsdp run on one node, unless told.
     planner::set_compute_threads(trace_thread_count(trace_threads, mesh));
-    scope.use_trace(planner::trace_units(flags.model, unit_paths, trace_inputs, policy.param_dtype,
-                                         checkpoint, static_cast<int>(trace_repeats)));
+    scope.use_trace(planner::trace_unit_modules(flags.model, unit_paths, trace_inputs,
+                                                policy.param_dtype, checkpoint,
+                                                static_cast<int>(trace_repeats)));
   }
   write_plan(flags, training, scope.finalize());
 }

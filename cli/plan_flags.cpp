@@ -24,6 +24,11 @@ Examples:
   # backward all-gather (FSDP2's per-module reshard_after_forward=False):
   mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --keep-after-forward 'layers.3'
 
+  # Two blocks per unit: one all-gather and one reduce-scatter for each pair (FSDP2's
+  # fully_shard([a, b])); fewer, larger collectives:
+  mfsdp plan gpt.pt --world-size 8 --unit 'layers.0+layers.1' --unit 'layers.2+layers.3' \
+      --unit '<root>'
+
   # A long scope kept in a file (format: docs/cli.md):
   mfsdp plan gpt.pt --scope scope.json
 
@@ -42,7 +47,8 @@ Examples:
   # Without a trace: the plan with the fewest collectives that fits 40 GiB (activations aside):
   mfsdp plan gpt.pt --world-size 8 --auto --optimize --memory-budget 40GiB
 
-Selectors: '*' matches one path segment, '**' any number; '<root>' (or '') is the model.
+Selectors: '*' matches one path segment, '**' any number; '<root>' (or '') is the model;
+'a+b' makes modules a and b one merged unit (they must run one after another).
 Units register in flag order, then definition order within a glob (layers.9 before layers.10).
 Exit codes: 0 ok, 2 bad flags, 3 model cannot be loaded (or the traced step fails), 4 scope cannot
 be planned, 5 cannot write.
@@ -63,7 +69,8 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& flags) {
                  "HSDP replicas: world = shard x replicate (default 1: plain FSDP)")
       ->type_name("INT");
   cmd.add_option("--unit", flags.unit_globs,
-                 "fully_shard the modules matching this path glob (repeatable)")
+                 "fully_shard the modules matching this path glob (repeatable); globs joined "
+                 "by '+' make one merged unit, e.g. 'layers.0+layers.1'")
       ->allow_extra_args(false);
   cmd.add_option("--unit-type", flags.unit_types,
                  "fully_shard every module of this class, e.g. Block (repeatable)")
@@ -140,7 +147,8 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& flags) {
       ->allow_extra_args(false);
   cmd.add_flag("--optimize", flags.optimize,
                "Try other units (every block + the model, with none, half or every block "
-               "checkpointed; a unit per repeated block class; the model alone) and policies "
+               "checkpointed; adjacent blocks merged in twos and fours + the model; a unit per "
+               "repeated block class; the model alone) and policies "
                "(prefetch 0-2, streams, how many "
                "units stay gathered for backward), predict each on --profile, and write the "
                "fastest that fits --memory-budget; without --trace-input, the one with the "

@@ -17,10 +17,9 @@ bool covers_whole_model(const schema::Plan& plan) {
                       [](const schema::Diagnostic& d) { return d.code == "ownership.unmanaged"; });
 }
 
-// The unit's name in a plan: its module path, or <root> for the model.
-std::string unit_name(const planner::ShardedModel& model, int module) {
-  const std::string& path = model.ir().modules[module].path;
-  return path.empty() ? schema::kRootName : path;
+// The unit's name in a plan: its module paths joined by '+', <root> for the model.
+std::string unit_name(const planner::ShardedModel& model, const std::vector<int>& unit) {
+  return schema::unit_name_of(planner::module_paths(model.ir(), unit));
 }
 
 schema::Plan plan_of(const SearchInput& in, const UnitChoice& units,
@@ -32,7 +31,7 @@ schema::Plan plan_of(const SearchInput& in, const UnitChoice& units,
     planner::UnitOptions options;
     options.checkpoint = units.checkpoint[u];
     if (u < reshard.size()) options.reshard_after_forward = reshard[u];
-    scope.fully_shard(model.ir().modules[units.modules[u]].path, options);
+    scope.fully_shard(planner::module_paths(model.ir(), units.modules[u]), options);
   }
   if (trace) scope.use_trace(*trace);
   schema::Plan plan = scope.finalize();
@@ -40,15 +39,29 @@ schema::Plan plan_of(const SearchInput& in, const UnitChoice& units,
   return plan;
 }
 
+// Whether the units can be planned: merged modules must run one after another.
+bool can_plan(const SearchInput& in, const UnitChoice& units) {
+  const bool merged = std::any_of(units.modules.begin(), units.modules.end(),
+                                  [](const std::vector<int>& unit) { return unit.size() > 1; });
+  if (!merged) return true;
+  try {
+    plan_of(in, units, {}, in.mesh, in.policy, nullptr);
+    return true;
+  } catch (const Error& e) {
+    if (e.code() != ExitCode::kPlanning) throw;
+    return false;
+  }
+}
+
 // The units tried: yours; every ModuleList element plus the model (FSDP2's habit) with no
 // block, the first half of the blocks or every block checkpointed (with a trace, which
-// measures what that saves and costs); every module of a repeated block class plus the
-// model; the model alone.
+// measures what that saves and costs); adjacent elements merged in twos and in fours plus the
+// model; every module of a repeated block class plus the model; the model alone.
 std::vector<UnitChoice> unit_choices(const SearchInput& in, int& blocks_choice) {
   std::vector<UnitChoice> out = {in.yours};
   out[0].checkpoint.resize(out[0].modules.size(), false);
   out[0].reshard_after_forward.resize(out[0].modules.size());
-  const auto add = [&](const std::string& name, const std::vector<int>& modules,
+  const auto add = [&](const std::string& name, const std::vector<std::vector<int>>& modules,
                        const std::vector<bool>& checkpoint) {
     for (size_t i = 0; i < out.size(); ++i) {
       if (out[i].modules == modules && out[i].checkpoint == checkpoint &&
@@ -63,8 +76,8 @@ std::vector<UnitChoice> unit_choices(const SearchInput& in, int& blocks_choice) 
   const planner::ModelIR& ir = in.model->ir();
   const std::vector<int> blocks = planner::auto_units(ir);  // the elements, then the model
   const size_t n = blocks.size() - 1;
-  blocks_choice =
-      add(n > 0 ? "blocks + model" : "model only", blocks, std::vector<bool>(blocks.size(), false));
+  blocks_choice = add(n > 0 ? "blocks + model" : "model only", planner::one_module_units(blocks),
+                      std::vector<bool>(blocks.size(), false));
   // A checkpointed unit may hold no other unit: lists nested in a block rule it out.
   bool flat = n > 1;
   for (size_t a = 0; a < n && flat; ++a) {
@@ -79,11 +92,33 @@ std::vector<UnitChoice> unit_choices(const SearchInput& in, int& blocks_choice) 
       std::fill(first_half.begin(), first_half.begin() + static_cast<std::ptrdiff_t>(half), true);
       add("blocks + model, " + std::to_string(half) + " of " + std::to_string(n) +
               " blocks checkpointed",
-          blocks, first_half);
+          planner::one_module_units(blocks), first_half);
     }
     std::vector<bool> every(blocks.size(), true);
     every.back() = false;  // the model holds the blocks
-    add("blocks + model, every block checkpointed", blocks, every);
+    add("blocks + model, every block checkpointed", planner::one_module_units(blocks), every);
+  }
+  // Adjacent blocks merged: fewer, larger collectives. Twos and fours of the elements of one
+  // list, where a list has more than that; a unit of one block holds the remainder. Only a
+  // trace weighs what they lose in overlap: a count of collectives always prefers them.
+  if (flat && !in.trace_inputs.empty()) {
+    for (size_t size : {size_t{2}, size_t{4}}) {
+      std::vector<std::vector<int>> merged;
+      for (size_t b = 0; b < n; ++b) {
+        const bool same_list =
+            !merged.empty() && ir.modules[static_cast<size_t>(merged.back().front())].parent ==
+                                   ir.modules[static_cast<size_t>(blocks[b])].parent;
+        if (same_list && merged.back().size() < size) {
+          merged.back().push_back(blocks[b]);
+        } else {
+          merged.push_back({blocks[b]});
+        }
+      }
+      if (merged.size() + 1 >= blocks.size()) break;  // no list long enough
+      merged.push_back({0});
+      add("blocks merged in " + std::to_string(size) + "s + model", merged,
+          std::vector<bool>(merged.size(), false));
+    }
   }
   // A unit per repeated block type: every module of a class with two or more instances that
   // have modules of their own (blocks, not layers such as Linear) and hold no other instance,
@@ -120,11 +155,11 @@ std::vector<UnitChoice> unit_choices(const SearchInput& in, int& blocks_choice) 
     std::vector<int> modules = by_type.at(type);
     modules.push_back(0);
     const size_t before = out.size();
-    add("every " + type.substr(type.rfind('.') + 1) + " + model", modules,
-        std::vector<bool>(modules.size(), false));
+    add("every " + type.substr(type.rfind('.') + 1) + " + model",
+        planner::one_module_units(modules), std::vector<bool>(modules.size(), false));
     added += out.size() > before ? 1 : 0;
   }
-  add("model only", {0}, {false});
+  add("model only", {{0}}, {false});
   return out;
 }
 
@@ -240,12 +275,16 @@ SearchResult search_plans(const SearchInput& in) {
 
   for (size_t c = 0; c < choices.size(); ++c) {
     const UnitChoice& units = choices[c];
+    // Merged blocks the model does not run one after another cannot be planned: not a choice.
+    if (c != 0 && !can_plan(in, units)) continue;
     if (result.predicted) {
-      std::vector<std::string> paths;
-      for (int m : units.modules) paths.push_back(in.model->ir().modules[m].path);
-      traces.emplace(
-          c, planner::trace_units(in.model_path, paths, in.trace_inputs, in.policy.param_dtype,
-                                  units.checkpoint, in.trace_repeats));
+      std::vector<std::vector<std::string>> paths;
+      for (const std::vector<int>& unit : units.modules) {
+        paths.push_back(planner::module_paths(in.model->ir(), unit));
+      }
+      traces.emplace(c, planner::trace_unit_modules(in.model_path, paths, in.trace_inputs,
+                                                    in.policy.param_dtype, units.checkpoint,
+                                                    in.trace_repeats));
     }
     if (c == 0 && !consider(0, in.policy, units.reshard_after_forward)) break;
     // The backward order, to keep its first units gathered.

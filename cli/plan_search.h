@@ -1,7 +1,8 @@
 #pragma once
 // `mfsdp plan --optimize` and `--sweep` (docs/predict.md#choosing-a-plan): plans of one model
 // that differ in their units (the user's; every block plus the model, with no, half or every
-// block checkpointed; every module of a repeated block class plus the model; the model alone)
+// block checkpointed; adjacent blocks merged in twos or fours plus the model; every module of
+// a repeated block class plus the model; the model alone)
 // and their policy (prefetch 0, 1 or 2; one stream or
 // two; resharding every unit after forward, keeping the last few units of forward gathered
 // for backward, or keeping them all). With a trace, each set of units is traced once and
@@ -23,11 +24,12 @@
 
 namespace mfsdp::cli {
 
-// One way to choose the units: module indices, their checkpoint flags and their own
-// resharding after forward (unset: the policy's; empty: unset for every unit).
+// One way to choose the units: each unit's module indices (two or more: merged), their
+// checkpoint flags and their own resharding after forward (unset: the policy's; empty: unset
+// for every unit).
 struct UnitChoice {
   std::string name;  // "yours", "blocks + model", "model only", ...
-  std::vector<int> modules;
+  std::vector<std::vector<int>> modules;
   std::vector<bool> checkpoint;
   std::vector<std::optional<bool>> reshard_after_forward;
 };

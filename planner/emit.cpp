@@ -34,7 +34,11 @@ schema::Plan emit_plan(const PlanIR& ir) {
     const UnitIR& in = ir.units[u];
     schema::Unit out;
     out.name = in.name;
-    out.type = ir.model->modules[in.module].type;
+    for (int m : in.modules) {
+      if (!out.type.empty()) out.type += schema::kModuleJoiner;
+      out.type += ir.model->modules[m].type;
+      if (in.modules.size() > 1) out.modules.push_back(ir.model->modules[m].path);
+    }
     if (in.parent != -1) out.parent = ir.units[in.parent].name;
     out.root = in.root;
     out.call_count = in.call_count;

@@ -57,14 +57,17 @@ void assign_ownership(PlanIR& ir) {
       buffer_seen[t] = true;
     }
   }
+  // The units gathered at each read: a merged unit from its first module's start to its last
+  // module's end, between its modules too.
   std::vector<int> unit_stack, module_stack;
+  UnitCallTracker calls(ir);
   for (const CallEvent& e : model.trace) {
     if (e.kind == CallEvent::Kind::kEnter) {
       module_stack.push_back(e.module);
-      if (ir.unit_of_module(e.module) != -1) unit_stack.push_back(ir.unit_of_module(e.module));
+      if (const int u = calls.enter(e.module); u != -1) unit_stack.push_back(u);
     } else if (e.kind == CallEvent::Kind::kExit) {
       module_stack.pop_back();
-      if (ir.unit_of_module(e.module) != -1) unit_stack.pop_back();
+      if (calls.exit(e.module) != -1) unit_stack.pop_back();  // link_units: calls nest
     } else if (model.tensors[e.tensor].is_parameter) {
       uses[e.tensor].push_back(
           {unit_stack.empty() ? -1 : unit_stack.back(), module_stack.back(), true});

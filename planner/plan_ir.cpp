@@ -13,4 +13,21 @@ void PlanIR::diagnose(std::string severity, std::string code, std::string messag
       {std::move(severity), std::move(code), std::move(message), std::move(where)});
 }
 
+UnitCallTracker::UnitCallTracker(const PlanIR& ir)
+    : ir_(ir), begun_(ir.units.size(), 0), ended_(ir.units.size(), 0) {}
+
+int UnitCallTracker::enter(int module) {
+  const int u = ir_.unit_of_module(module);
+  if (u == -1) return -1;
+  return begun_[u]++ == 0 ? u : -1;
+}
+
+int UnitCallTracker::exit(int module) {
+  const int u = ir_.unit_of_module(module);
+  if (u == -1) return -1;
+  if (++ended_[u] < ir_.units[u].modules.size()) return -1;
+  begun_[u] = ended_[u] = 0;
+  return u;
+}
+
 }  // namespace mfsdp::planner

@@ -13,7 +13,8 @@
 namespace mfsdp::planner {
 
 struct UnitIR {
-  int module = -1;  // index into ModelIR::modules
+  int module = -1;           // index into ModelIR::modules: the unit's first module
+  std::vector<int> modules;  // every module of the unit, in definition order (two or more: merged)
   std::string name;
   int parent = -1;  // index into PlanIR::units of the nearest enclosing unit
   bool root = false;
@@ -54,8 +55,22 @@ struct PlanIR {
   std::optional<TracedRun> traced_run;  // units are indices into `units`; set by the scope
   std::optional<schema::Trace> trace;   // the plan's trace section; set by derive_orders
 
-  int unit_of_module(int module) const;  // -1 when the module is not a unit
+  int unit_of_module(int module) const;  // -1 when the module is not (part of) a unit
   void diagnose(std::string severity, std::string code, std::string message, std::string where);
+};
+
+// Unit calls from the model's module calls: a unit of one module begins and ends with it, a
+// merged unit begins with the first of its modules to begin and ends when all have ended
+// (each runs once per call: derive_orders checks it).
+class UnitCallTracker {
+ public:
+  explicit UnitCallTracker(const PlanIR& ir);
+  int enter(int module);  // the unit whose call this module's beginning begins, or -1
+  int exit(int module);   // the unit whose call this module's end ends, or -1
+
+ private:
+  const PlanIR& ir_;
+  std::vector<size_t> begun_, ended_;  // per unit: its modules begun and ended in its open call
 };
 
 }  // namespace mfsdp::planner

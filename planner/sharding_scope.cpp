@@ -1,5 +1,7 @@
 #include "planner/sharding_scope.h"
 
+#include <algorithm>
+
 #include "planner/passes.h"
 #include "schema/error.h"
 #include "schema/plan_check.h"
@@ -38,7 +40,9 @@ ShardingScope::ShardingScope(ShardedModel& model, schema::Mesh mesh, schema::Pol
 
 ShardingScope::~ShardingScope() {
   if (!finalized_) {
-    for (int m : units_) model_.unit_scope_[m] = -1;
+    for (const std::vector<int>& unit : units_) {
+      for (int m : unit) model_.unit_scope_[m] = -1;
+    }
   }
   close();
 }
@@ -52,18 +56,62 @@ void ShardingScope::close() {
 }
 
 void ShardingScope::fully_shard(const std::string& path, UnitOptions options) {
-  const std::string name = display_name(path == schema::kRootName ? "" : path);
+  fully_shard(std::vector<std::string>{path}, options);
+}
+
+void ShardingScope::fully_shard(const std::vector<std::string>& paths, UnitOptions options) {
+  std::vector<std::string> names;
+  for (const std::string& path : paths) {
+    names.push_back(display_name(path == schema::kRootName ? "" : path));
+  }
+  const std::string name = schema::unit_name_of(names);
   if (finalized_) {
     fail(ExitCode::kPlanning, "fully_shard('" + name +
                                   "') after the scope was finalized; "
                                   "register every unit before finalize()");
   }
-  const ModelIR& ir = model_.ir_;
-  const int module = ir.find_module(path);
-  if (module == -1) {
-    fail(ExitCode::kPlanning, "fully_shard('" + name + "'): the model has no module '" + name +
-                                  "'; use a fully-qualified module path such as 'layers.0'");
+  if (paths.empty()) {
+    fail(ExitCode::kPlanning, "fully_shard() of no module; name the modules of the unit");
   }
+  const ModelIR& ir = model_.ir_;
+  std::vector<int> modules;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const int module = ir.find_module(paths[i]);
+    if (module == -1) {
+      fail(ExitCode::kPlanning, "fully_shard('" + name + "'): the model has no module '" +
+                                    names[i] +
+                                    "'; use a fully-qualified module path such as 'layers.0'");
+    }
+    if (paths.size() > 1 && module == 0) {
+      fail(ExitCode::kPlanning, "fully_shard('" + name +
+                                    "'): the model cannot be merged with other modules; shard "
+                                    "<root> as a unit of its own");
+    }
+    for (int other : modules) {
+      if (other == module || ir.contains(other, module) || ir.contains(module, other)) {
+        fail(ExitCode::kPlanning, "fully_shard('" + name + "'): '" +
+                                      display_name(ir.modules[other].path) + "' and '" + names[i] +
+                                      "' are the same module or one holds the other; merge "
+                                      "modules that lie apart, such as 'layers.0+layers.1'");
+      }
+    }
+    modules.push_back(module);
+  }
+  if (modules.size() > 1 && options.checkpoint) {
+    fail(ExitCode::kPlanning, "fully_shard('" + name +
+                                  "'): a merged unit cannot be checkpointed; checkpoint units "
+                                  "of one module");
+  }
+  std::sort(modules.begin(), modules.end());  // definition order
+  for (int module : modules) check_registrable(module, display_name(ir.modules[module].path));
+  for (int module : modules) model_.unit_scope_[module] = id_;
+  units_.push_back(modules);
+  checkpoint_.push_back(options.checkpoint);
+  reshard_after_forward_.push_back(options.reshard_after_forward);
+}
+
+void ShardingScope::check_registrable(int module, const std::string& name) const {
+  const ModelIR& ir = model_.ir_;
   const int owner = model_.unit_scope_[module];
   if (owner != -1) {
     fail(ExitCode::kPlanning, "module " + name + " is already a unit (registered in " +
@@ -90,10 +138,6 @@ void ShardingScope::fully_shard(const std::string& path, UnitOptions options) {
   for (size_t m = module + 1; m < ir.modules.size() && ir.contains(module, m); ++m) {
     check_foreign(static_cast<int>(m), true);
   }
-  model_.unit_scope_[module] = id_;
-  units_.push_back(module);
-  checkpoint_.push_back(options.checkpoint);
-  reshard_after_forward_.push_back(options.reshard_after_forward);
 }
 
 void ShardingScope::use_trace(TracedRun run) {
@@ -117,14 +161,17 @@ schema::Plan ShardingScope::finalize() {
   ir.model_info = model_.info();
   ir.mesh = mesh_;
   ir.policy = policy_;
-  std::vector<std::string> paths;
+  std::vector<std::vector<std::string>> paths;
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitIR unit;
-    unit.module = units_[u];
+    unit.modules = units_[u];
+    unit.module = units_[u].front();
     unit.checkpoint = checkpoint_[u];
     unit.reshard_after_forward = reshard_after_forward_[u].value_or(policy_.reshard_after_forward);
     ir.units.push_back(unit);
-    paths.push_back(model_.ir_.modules[units_[u]].path);
+    std::vector<std::string> unit_paths;
+    for (int m : units_[u]) unit_paths.push_back(model_.ir_.modules[m].path);
+    paths.push_back(unit_paths);
   }
   if (trace_ && trace_->units != paths) {
     fail(ExitCode::kPlanning,
@@ -163,6 +210,14 @@ void fully_shard(const std::string& path, UnitOptions options) {
                                   "') outside a sharding scope; open a ShardingScope first");
   }
   active_scope->fully_shard(path, options);
+}
+
+void fully_shard(const std::vector<std::string>& paths, UnitOptions options) {
+  if (!active_scope) {
+    fail(ExitCode::kPlanning, "fully_shard('" + schema::unit_name_of(paths) +
+                                  "') outside a sharding scope; open a ShardingScope first");
+  }
+  active_scope->fully_shard(paths, options);
 }
 
 }  // namespace mfsdp::planner

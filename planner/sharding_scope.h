@@ -43,6 +43,13 @@ class ShardingScope {
   // after finalize, for an unknown path, a module that already is a unit, or one that contains
   // or sits inside a unit of another scope.
   void fully_shard(const std::string& path, UnitOptions options = {});
+  // Makes the modules at `paths` one unit (FSDP2's fully_shard([a, b])): gathered once for all
+  // of them, from the first one's forward to the last one's end. One path is the same as
+  // fully_shard(path). Throws Error(kPlanning) as fully_shard(path) does for each, and for the
+  // model itself, a module listed twice or inside another of them, and a checkpointed merged
+  // unit; finalize() refuses modules that do not run one after another, once each, that sit
+  // in different units, or that hold another unit.
+  void fully_shard(const std::vector<std::string>& paths, UnitOptions options = {});
   // Plans with the unit order and calls a traced step observed (planner/trace_input.h)
   // instead of the static call graph alone. `run.units` must be the registered units' module
   // paths in registration order, and its checkpointed flags theirs, as finalize() checks.
@@ -53,18 +60,22 @@ class ShardingScope {
   // that contains another unit among them).
   schema::Plan finalize();
 
-  const std::vector<int>& units() const { return units_; }
+  // Per unit, in registration order: its module indices in definition order.
+  const std::vector<std::vector<int>>& units() const { return units_; }
   // The scope open on this thread, or nullptr.
   static ShardingScope* active();
 
  private:
   void close();
+  // Throws Error(kPlanning) when the module is a unit already, or holds or sits in a unit of
+  // another scope.
+  void check_registrable(int module, const std::string& name) const;
 
   ShardedModel& model_;
   schema::Mesh mesh_;
   schema::Policy policy_;
   int id_ = 0;
-  std::vector<int> units_;                                  // module indices, registration order
+  std::vector<std::vector<int>> units_;                     // module indices, registration order
   std::vector<bool> checkpoint_;                            // per unit, registration order
   std::vector<std::optional<bool>> reshard_after_forward_;  // per unit, registration order
   std::optional<TracedRun> trace_;
@@ -73,5 +84,6 @@ class ShardingScope {
 
 // fully_shard on the active scope; Error(kPlanning) when there is none.
 void fully_shard(const std::string& path, UnitOptions options = {});
+void fully_shard(const std::vector<std::string>& paths, UnitOptions options = {});
 
 }  // namespace mfsdp::planner

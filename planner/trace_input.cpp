@@ -437,12 +437,23 @@ TracedRun trace_units(const std::string& model_path, const std::vector<std::stri
                       const std::vector<TraceInput>& inputs,
                       const std::optional<std::string>& param_dtype,
                       const std::vector<bool>& checkpointed, int timed_steps) {
+  std::vector<std::vector<std::string>> unit_modules;
+  for (const std::string& path : unit_paths) unit_modules.push_back({path});
+  return trace_unit_modules(model_path, unit_modules, inputs, param_dtype, checkpointed,
+                            timed_steps);
+}
+
+TracedRun trace_unit_modules(const std::string& model_path,
+                             const std::vector<std::vector<std::string>>& unit_paths,
+                             const std::vector<TraceInput>& inputs,
+                             const std::optional<std::string>& param_dtype,
+                             const std::vector<bool>& checkpointed, int timed_steps) {
   host_memory::install();  // before the step's tensors, so that they are counted
   torch::jit::Module model = load_module(model_path);
   check_arguments(model, model_path, inputs);
   std::vector<bool> checkpoints = checkpointed;
   checkpoints.resize(unit_paths.size(), false);
-  instrument_units(model, unit_paths, checkpoints);
+  instrument_unit_modules(model, unit_paths, checkpoints);
   register_parameters(model, param_dtype);
 
   std::vector<std::string> specs;

@@ -44,8 +44,8 @@ struct TracedBytes {
 
 // What one traced step observed. Units are indices into `units`.
 struct TracedRun {
-  std::vector<std::string> inputs;   // the specs as given
-  std::vector<std::string> units;    // unit module paths as instrumented ("" for the model)
+  std::vector<std::string> inputs;              // the specs as given
+  std::vector<std::vector<std::string>> units;  // per unit, its module paths ("" for the model)
   std::vector<bool> checkpointed;    // per unit: its calls ran checkpointed (missing: false)
   std::vector<TracedEvent> forward;  // every pre_forward and post_forward, in order
   std::vector<int> backward;         // every pre_backward, in order (one per call that got one)
@@ -115,5 +115,12 @@ TracedRun trace_units(const std::string& model_path, const std::vector<std::stri
                       const std::vector<TraceInput>& inputs,
                       const std::optional<std::string>& param_dtype = std::nullopt,
                       const std::vector<bool>& checkpointed = {}, int timed_steps = 1);
+// The same for units of one or more modules: unit i is made of the modules at
+// `unit_modules[i]` (instrument_unit_modules), and the run's `units` are these lists.
+TracedRun trace_unit_modules(const std::string& model_path,
+                             const std::vector<std::vector<std::string>>& unit_modules,
+                             const std::vector<TraceInput>& inputs,
+                             const std::optional<std::string>& param_dtype = std::nullopt,
+                             const std::vector<bool>& checkpointed = {}, int timed_steps = 1);
 
 }  // namespace mfsdp::planner

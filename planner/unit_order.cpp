@@ -41,9 +41,11 @@ UnitCalls static_calls(PlanIR& ir) {
   UnitCalls calls;
   calls.count.assign(ir.units.size(), 0);
   std::vector<std::vector<int64_t>> open(ir.units.size());
+  UnitCallTracker tracker(ir);
   for (const CallEvent& e : ir.model->trace) {
     if (e.kind == CallEvent::Kind::kRead) continue;
-    const int u = ir.unit_of_module(e.module);
+    const int u =
+        e.kind == CallEvent::Kind::kEnter ? tracker.enter(e.module) : tracker.exit(e.module);
     if (u == -1) continue;
     if (e.kind == CallEvent::Kind::kEnter) {
       open[u].push_back(calls.count[u]);

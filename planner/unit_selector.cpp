@@ -1,5 +1,6 @@
 #include "planner/unit_selector.h"
 
+#include <algorithm>
 #include <set>
 
 #include "schema/error.h"
@@ -8,12 +9,12 @@
 namespace mfsdp::planner {
 namespace {
 
-std::vector<std::string> split(const std::string& path) {
+std::vector<std::string> split(const std::string& path, char separator = '.') {
   std::vector<std::string> out;
   if (path.empty()) return out;
   size_t start = 0;
   for (;;) {
-    const size_t dot = path.find('.', start);
+    const size_t dot = path.find(separator, start);
     out.push_back(path.substr(start, dot - start));
     if (dot == std::string::npos) return out;
     start = dot + 1;
@@ -90,27 +91,50 @@ bool type_matches(const std::string& pattern, const std::string& type) {
   return pattern == type || pattern == short_type(type);
 }
 
-std::vector<int> select_units(const ModelIR& model, const std::vector<UnitSelector>& selectors) {
-  std::vector<int> picked;
+std::vector<std::vector<int>> select_units(const ModelIR& model,
+                                           const std::vector<UnitSelector>& selectors) {
+  std::vector<std::vector<int>> picked;
   std::vector<int> picked_by(model.modules.size(), -1);
   for (size_t s = 0; s < selectors.size(); ++s) {
     const UnitSelector& selector = selectors[s];
-    bool any = false;
-    for (size_t m = 0; m < model.modules.size(); ++m) {
-      const bool hit = selector.kind == UnitSelector::Kind::kPath
-                           ? path_matches(selector.pattern, model.modules[m].path)
-                           : type_matches(selector.pattern, model.modules[m].type);
-      if (!hit) continue;
-      any = true;
-      if (picked_by[m] != -1) {
-        fail(ExitCode::kPlanning, selectors[picked_by[m]].origin() + " and " + selector.origin() +
-                                      " both select module " + display_name(model.modules[m].path) +
-                                      "; a module is sharded once, so narrow one of them");
+    // A path pattern with '+' is one merged unit of every module its parts match.
+    const bool merged = selector.kind == UnitSelector::Kind::kPath &&
+                        selector.pattern.find(schema::kModuleJoiner) != std::string::npos;
+    std::vector<std::string> parts = {selector.pattern};
+    if (merged) parts = split(selector.pattern, schema::kModuleJoiner);
+    std::vector<int> unit;
+    for (const std::string& part : parts) {
+      bool any = false;
+      for (size_t m = 0; m < model.modules.size(); ++m) {
+        const bool hit = selector.kind == UnitSelector::Kind::kPath
+                             ? path_matches(part, model.modules[m].path)
+                             : type_matches(part, model.modules[m].type);
+        if (!hit) continue;
+        any = true;
+        if (picked_by[m] != -1) {
+          fail(ExitCode::kPlanning, selectors[picked_by[m]].origin() + " and " + selector.origin() +
+                                        " both select module " +
+                                        display_name(model.modules[m].path) +
+                                        "; a module is sharded once, so narrow one of them");
+        }
+        picked_by[m] = static_cast<int>(s);
+        if (merged) {
+          unit.push_back(static_cast<int>(m));
+        } else {
+          picked.push_back({static_cast<int>(m)});
+        }
       }
-      picked_by[m] = static_cast<int>(s);
-      picked.push_back(static_cast<int>(m));
+      if (!any && merged) {
+        fail(ExitCode::kPlanning, selector.origin() + ": its part '" + part +
+                                      "' matches no module; each part of a merged unit names "
+                                      "modules, such as 'layers.0+layers.1'");
+      }
+      if (!any) fail_no_match(model, selector);
     }
-    if (!any) fail_no_match(model, selector);
+    if (merged) {
+      std::sort(unit.begin(), unit.end());
+      picked.push_back(unit);
+    }
   }
   return picked;
 }
@@ -123,10 +147,30 @@ bool selects(const ModelIR& model, const UnitSelector& selector, int m) {
              : type_matches(selector.pattern, model.modules[m].type);
 }
 
+// Whether `selector` picks one of the unit's modules (a merged pattern: by one of its parts).
+bool selects(const ModelIR& model, const UnitSelector& selector, const std::vector<int>& unit) {
+  std::vector<std::string> parts = {selector.pattern};
+  if (selector.kind == UnitSelector::Kind::kPath) {
+    parts = split(selector.pattern, schema::kModuleJoiner);
+  }
+  for (const std::string& part : parts) {
+    UnitSelector one = selector;
+    one.pattern = part;
+    for (int m : unit) {
+      if (selects(model, one, m)) return true;
+    }
+  }
+  return false;
+}
+
+std::string unit_name(const ModelIR& model, const std::vector<int>& unit) {
+  return schema::unit_name_of(module_paths(model, unit));
+}
+
 // Marks in `out` the units each of `extra` matches; one that matches none is refused: only
 // units can be `what`.
 template <typename T>
-void mark_units(const ModelIR& model, const std::vector<int>& units,
+void mark_units(const ModelIR& model, const std::vector<std::vector<int>>& units,
                 const std::vector<UnitSelector>& extra, const T& value, const char* what,
                 std::vector<T>& out) {
   for (const UnitSelector& s : extra) {
@@ -138,7 +182,7 @@ void mark_units(const ModelIR& model, const std::vector<int>& units,
     }
     if (any) continue;
     std::vector<std::string> names;
-    for (int m : units) names.push_back(display_name(model.modules[m].path));
+    for (const std::vector<int>& unit : units) names.push_back(unit_name(model, unit));
     fail(ExitCode::kPlanning, s.origin() + " matches no unit; only units can be " + what +
                                   ", and the units are: " + listing(names) +
                                   " (make the module a unit with --unit too)");
@@ -147,7 +191,8 @@ void mark_units(const ModelIR& model, const std::vector<int>& units,
 
 }  // namespace
 
-std::vector<bool> checkpointed_units(const ModelIR& model, const std::vector<int>& units,
+std::vector<bool> checkpointed_units(const ModelIR& model,
+                                     const std::vector<std::vector<int>>& units,
                                      const std::vector<UnitSelector>& unit_selectors,
                                      const std::vector<UnitSelector>& checkpoint) {
   std::vector<bool> out(units.size(), false);
@@ -161,7 +206,7 @@ std::vector<bool> checkpointed_units(const ModelIR& model, const std::vector<int
 }
 
 std::vector<std::optional<bool>> unit_reshard_after_forward(
-    const ModelIR& model, const std::vector<int>& units,
+    const ModelIR& model, const std::vector<std::vector<int>>& units,
     const std::vector<UnitSelector>& unit_selectors, const std::vector<UnitSelector>& keep) {
   std::vector<std::optional<bool>> out(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
@@ -181,6 +226,18 @@ std::vector<int> auto_units(const ModelIR& model) {
   }
   units.push_back(0);
   return units;
+}
+
+std::vector<std::vector<int>> one_module_units(const std::vector<int>& modules) {
+  std::vector<std::vector<int>> units;
+  for (int m : modules) units.push_back({m});
+  return units;
+}
+
+std::vector<std::string> module_paths(const ModelIR& model, const std::vector<int>& unit) {
+  std::vector<std::string> paths;
+  for (int m : unit) paths.push_back(model.modules[m].path);
+  return paths;
 }
 
 }  // namespace mfsdp::planner

@@ -32,15 +32,22 @@ bool path_matches(const std::string& pattern, const std::string& path);
 // Type patterns match the qualified class name or its last component ("Block").
 bool type_matches(const std::string& pattern, const std::string& type);
 
-// Module indices to register, in selector order and, within a selector, definition order.
-// Throws Error(kPlanning) when a selector matches nothing or two selectors pick one module.
-std::vector<int> select_units(const ModelIR& model, const std::vector<UnitSelector>& selectors);
+// The units to register, each as its module indices: in selector order and, within a
+// selector, definition order. A path pattern of parts joined by '+' ("layers.0+layers.1") is
+// one merged unit of every module its parts match, in definition order. Throws
+// Error(kPlanning) when a selector (or a part) matches nothing or two selectors pick one
+// module.
+std::vector<std::vector<int>> select_units(const ModelIR& model,
+                                           const std::vector<UnitSelector>& selectors);
 
-// Which of `units` (module indices, as select_units returns them) to checkpoint: those a
+// Which of `units` (as select_units returns them) to checkpoint: those a
 // selector with `checkpoint` picked, and those `checkpoint` (--checkpoint, --checkpoint-type)
 // matches. Throws Error(kPlanning) when one of `checkpoint` matches none of the units, naming
 // the units.
-std::vector<bool> checkpointed_units(const ModelIR& model, const std::vector<int>& units,
+// A selector picks a unit when it (or, joined by '+', one of its parts) matches one of the
+// unit's modules.
+std::vector<bool> checkpointed_units(const ModelIR& model,
+                                     const std::vector<std::vector<int>>& units,
                                      const std::vector<UnitSelector>& unit_selectors,
                                      const std::vector<UnitSelector>& checkpoint);
 
@@ -48,10 +55,14 @@ std::vector<bool> checkpointed_units(const ModelIR& model, const std::vector<int
 // with `reshard_after_forward` says, and false for those `keep` (--keep-after-forward)
 // matches. Throws Error(kPlanning) when one of `keep` matches none of the units, naming them.
 std::vector<std::optional<bool>> unit_reshard_after_forward(
-    const ModelIR& model, const std::vector<int>& units,
+    const ModelIR& model, const std::vector<std::vector<int>>& units,
     const std::vector<UnitSelector>& unit_selectors, const std::vector<UnitSelector>& keep);
 
 // --auto: every element of every ModuleList, then the model itself.
 std::vector<int> auto_units(const ModelIR& model);
+// A unit per module of `modules`.
+std::vector<std::vector<int>> one_module_units(const std::vector<int>& modules);
+// The module paths of a unit given as module indices ("" for the model), for fully_shard.
+std::vector<std::string> module_paths(const ModelIR& model, const std::vector<int>& unit);
 
 }  // namespace mfsdp::planner

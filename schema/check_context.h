@@ -36,6 +36,8 @@ class Context {
 
   // The first unit of that name, or null.
   const Unit* unit(const std::string& name) const;
+  // The first unit made of the module at `path` (alone or merged with others), or null.
+  const Unit* unit_at(const std::string& path) const;
 
   // Dtype sizes, or none where a dtype is unknown (already reported) so that dependent sums
   // are skipped instead of reported again.
@@ -51,6 +53,7 @@ class Context {
 
  private:
   std::map<std::string, const Unit*> units_;
+  std::map<std::string, const Unit*> unit_at_;  // module path -> unit
   bool group_dtypes_known_ = true;
   std::vector<Problem> problems_;
 };

@@ -48,6 +48,19 @@ bool is_floating_dtype(const std::string& dtype) {
   return info != nullptr && info->floating;
 }
 
+std::vector<std::string> unit_modules(const Unit& unit) {
+  return unit.modules.empty() ? std::vector<std::string>{unit.name} : unit.modules;
+}
+
+std::string unit_name_of(const std::vector<std::string>& paths) {
+  std::string name;
+  for (const std::string& path : paths) {
+    if (!name.empty()) name += kModuleJoiner;
+    name += path.empty() ? kRootName : path;
+  }
+  return name;
+}
+
 const std::vector<std::string>& dtype_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> result;

@@ -14,12 +14,21 @@ namespace mfsdp::schema {
 inline constexpr const char* kPlanSchemaVersion = "mfsdp.plan/1";
 // The name a unit or module path "" (the model itself) is printed as.
 inline constexpr const char* kRootName = "<root>";
+// Joins the module paths of a merged unit into its name: "layers.0+layers.1". TorchScript
+// module names are identifiers, so no module path holds it.
+inline constexpr char kModuleJoiner = '+';
 
 // Bytes per element of a dtype name ("float32", "bfloat16", "int64", ...); throws mfsdp::Error
 // for an unknown name. `dtype_names()` lists the accepted ones.
 int64_t dtype_size(const std::string& dtype);
 bool is_floating_dtype(const std::string& dtype);
 const std::vector<std::string>& dtype_names();
+
+struct Unit;
+// The module paths a unit is made of: its `modules`, or its name.
+std::vector<std::string> unit_modules(const Unit& unit);
+// The name of a unit made of `paths` (module paths, "" or kRootName for the model).
+std::string unit_name_of(const std::vector<std::string>& paths);
 
 struct ModelInfo {
   std::string path;             // as given on the command line
@@ -87,8 +96,12 @@ struct BufferInfo {
 };
 
 struct Unit {
-  std::string name;                   // module path, kRootName for the model
-  std::string type;                   // TorchScript qualified class name
+  std::string name;  // module path, kRootName for the model; a merged unit's modules joined by '+'
+  std::string type;  // TorchScript qualified class name; a merged unit's, joined by '+'
+  // A merged unit (FSDP2's fully_shard([a, b])): its modules, two or more, in definition
+  // order; they run one after another, each once per call of the unit. Written only then;
+  // empty for a unit of one module.
+  std::vector<std::string> modules;
   std::optional<std::string> parent;  // nearest enclosing unit
   bool root = false;
   int64_t call_count = 0;           // static call sites reached from forward (traced: calls made)

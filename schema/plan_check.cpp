@@ -42,6 +42,7 @@ Context::Context(const Plan& plan) : plan(plan) {
   const std::vector<std::string>& dtypes = dtype_names();
   for (const Unit& unit : plan.units) {
     units_.emplace(unit.name, &unit);
+    for (const std::string& path : unit_modules(unit)) unit_at_.emplace(path, &unit);
     for (const Group& group : unit.groups) {
       if (std::find(dtypes.begin(), dtypes.end(), group.dtype) == dtypes.end()) {
         group_dtypes_known_ = false;
@@ -53,6 +54,11 @@ Context::Context(const Plan& plan) : plan(plan) {
 const Unit* Context::unit(const std::string& name) const {
   const auto it = units_.find(name);
   return it == units_.end() ? nullptr : it->second;
+}
+
+const Unit* Context::unit_at(const std::string& path) const {
+  const auto it = unit_at_.find(path);
+  return it == unit_at_.end() ? nullptr : it->second;
 }
 
 namespace {

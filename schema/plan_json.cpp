@@ -105,6 +105,7 @@ ordered_json to_json(const Unit& unit) {
   ordered_json j = ordered_json::object();
   j["name"] = unit.name;
   j["type"] = unit.type;
+  if (!unit.modules.empty()) j["modules"] = unit.modules;
   j["parent"] = optional_text(unit.parent);
   j["root"] = unit.root;
   j["call_count"] = unit.call_count;

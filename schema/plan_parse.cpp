@@ -255,6 +255,9 @@ class Reader {
     Fields fields(*this, value, path);
     fields.get("name", out.name);
     fields.get("type", out.type);
+    std::optional<std::vector<std::string>> modules;
+    fields.get_optional("modules", modules);
+    out.modules = modules.value_or(std::vector<std::string>{});
     fields.get("parent", out.parent);
     fields.get("root", out.root);
     fields.get("call_count", out.call_count);

@@ -149,13 +149,13 @@ void shard_parameters(Impl& impl) {
 // 6. The units' hooks in the model's graphs, the schedule to follow, and this context as the
 // hooks' receiver.
 void instrument(Impl& impl) {
-  std::vector<std::string> unit_paths;
+  std::vector<std::vector<std::string>> unit_modules;
   std::vector<bool> checkpointed;
   for (const schema::Unit& unit : impl.plan.units) {
-    unit_paths.push_back(unit.name == schema::kRootName ? "" : unit.name);
+    unit_modules.push_back(schema::unit_modules(unit));
     checkpointed.push_back(unit.checkpoint);
   }
-  planner::instrument_units(impl.module, unit_paths, checkpointed);
+  planner::instrument_unit_modules(impl.module, unit_modules, checkpointed);
   impl.cursor = std::make_unique<ScheduleCursor>(impl.plan);
   impl.rs_order = std::make_unique<ReduceScatterOrder>(impl.plan);
   impl.previous_hooks = planner::set_unit_hooks(&impl);

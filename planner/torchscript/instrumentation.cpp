@@ -23,9 +23,13 @@ using torch::jit::Value;
 
 constexpr const char* kUnitAttribute = "_mfsdp_unit";
 
+// A module of a unit: the unit itself, or one of a merged unit's modules.
 struct Unit {
   std::string name;  // as printed: "<root>" for the model
   torch::jit::Module module;
+  size_t unit = 0;     // index of its unit
+  int64_t member = 0;  // its place among the unit's modules
+  int64_t members = 1;
 };
 
 // A unit class: its forward graph is rewritten once, whatever the number of its instances.
@@ -207,19 +211,28 @@ void hook_forward(Graph& graph, bool report_call) {
   graph.lint();
 }
 
-// The modules at `paths`, in order; each must be a distinct module instance.
+// The modules of every unit, in order; each must be a distinct module instance.
 std::vector<Unit> find_units(const torch::jit::Module& model,
-                             const std::vector<std::string>& paths) {
+                             const std::vector<std::vector<std::string>>& unit_modules) {
   std::vector<Unit> units;
-  for (const std::string& path : paths) {
-    Unit unit = find_unit(model, path);
-    for (const Unit& other : units) {
-      if (other.module._ivalue() == unit.module._ivalue()) {
-        fail(ExitCode::kPlanning, "units '" + other.name + "' and '" + unit.name +
-                                      "' are the same module instance; list it once");
-      }
+  for (size_t u = 0; u < unit_modules.size(); ++u) {
+    if (unit_modules[u].empty()) {
+      fail(ExitCode::kPlanning, "unit " + std::to_string(u) + " has no module; name one");
     }
-    units.push_back(std::move(unit));
+    const auto members = static_cast<int64_t>(unit_modules[u].size());
+    for (int64_t m = 0; m < members; ++m) {
+      Unit unit = find_unit(model, unit_modules[u][static_cast<size_t>(m)]);
+      unit.unit = u;
+      unit.member = m;
+      unit.members = members;
+      for (const Unit& other : units) {
+        if (other.module._ivalue() == unit.module._ivalue()) {
+          fail(ExitCode::kPlanning, "units '" + other.name + "' and '" + unit.name +
+                                        "' are the same module instance; list it once");
+        }
+      }
+      units.push_back(std::move(unit));
+    }
   }
   return units;
 }
@@ -266,7 +279,12 @@ std::vector<HookedClass> hooked_classes(const std::vector<Unit>& units,
   for (size_t i = 0; i < units.size(); ++i) {
     const Unit& unit = units[i];
     const c10::ClassTypePtr& type = unit.module.type();
-    const bool checkpoint = i < checkpointed.size() && checkpointed[i];
+    const bool checkpoint = unit.unit < checkpointed.size() && checkpointed[unit.unit];
+    if (checkpoint && unit.members > 1) {
+      fail(ExitCode::kPlanning, "unit '" + unit.name +
+                                    "' is one of a merged unit's modules, which cannot be "
+                                    "checkpointed; checkpoint units of one module");
+    }
     if (checkpoint) check_checkpointed(units, i);
     auto same_type = [&](const HookedClass& c) { return c.type == type; };
     auto known = std::find_if(classes.begin(), classes.end(), same_type);
@@ -313,13 +331,15 @@ void reject_compiled(const torch::jit::Module& model, const std::vector<HookedCl
   }
 }
 
-// Every instance of a unit class runs the rewritten graph and reads its id from itself: the
-// unit's index, or -1 for an instance that is not a unit.
+// Every instance of a unit class runs the rewritten graph and reads its id from itself: its
+// unit's index (and for a merged unit's module, its place: unit_ops.h), or -1 for an instance
+// that is not a unit.
 void tag_instances(const torch::jit::Module& model, const std::vector<Unit>& units,
                    const std::vector<HookedClass>& classes) {
   std::unordered_map<const c10::ivalue::Object*, int64_t> unit_id;
-  for (size_t i = 0; i < units.size(); ++i) {
-    unit_id.emplace(units[i].module._ivalue().get(), static_cast<int64_t>(i));
+  for (const Unit& unit : units) {
+    unit_id.emplace(unit.module._ivalue().get(),
+                    unit_ops_id(static_cast<int64_t>(unit.unit), unit.member, unit.members));
   }
   for (torch::jit::Module module : model.modules()) {
     auto hooked = [&](const HookedClass& c) { return c.type == module.type(); };
@@ -334,8 +354,16 @@ void tag_instances(const torch::jit::Module& model, const std::vector<Unit>& uni
 
 void instrument_units(torch::jit::Module& model, const std::vector<std::string>& unit_paths,
                       const std::vector<bool>& checkpointed) {
+  std::vector<std::vector<std::string>> unit_modules;
+  for (const std::string& path : unit_paths) unit_modules.push_back({path});
+  instrument_unit_modules(model, unit_modules, checkpointed);
+}
+
+void instrument_unit_modules(torch::jit::Module& model,
+                             const std::vector<std::vector<std::string>>& unit_modules,
+                             const std::vector<bool>& checkpointed) {
   // Everything is checked before anything changes, so a rejected model stays as it was.
-  const std::vector<Unit> units = find_units(model, unit_paths);
+  const std::vector<Unit> units = find_units(model, unit_modules);
   reject_instrumented(model);
   const std::vector<HookedClass> classes = hooked_classes(units, checkpointed);
   reject_compiled(model, classes);

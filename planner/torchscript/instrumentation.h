@@ -31,4 +31,14 @@ namespace mfsdp::planner {
 void instrument_units(torch::jit::Module& model, const std::vector<std::string>& unit_paths,
                       const std::vector<bool>& checkpointed = {});
 
+// The same for units of one or more modules: unit i is made of the modules at
+// `unit_modules[i]`. A merged unit (two or more modules, which must run one after another,
+// each once per call of the unit) reports one pre_forward when the first of its modules
+// begins, one post_forward when the last ends and one pre_backward when gradients reach the
+// first of its modules' outputs; a module called twice in one call of its unit is an
+// Error(kModel) from forward. A merged unit cannot be checkpointed (Error(kPlanning)).
+void instrument_unit_modules(torch::jit::Module& model,
+                             const std::vector<std::vector<std::string>>& unit_modules,
+                             const std::vector<bool>& checkpointed = {});
+
 }  // namespace mfsdp::planner

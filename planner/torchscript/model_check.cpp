@@ -47,13 +47,21 @@ class Comparison {
   }
 
   void unit(const schema::Unit& unit, const std::string& path) {
-    const int module = model_.find_module(unit.name);
-    if (module < 0)
-      return report(path + ".name", quote(unit.name) + " is not a module" + in_model_);
-    const std::string& type = model_.modules[module].type;
+    std::string type;
+    for (const std::string& name : schema::unit_modules(unit)) {
+      const int module = model_.find_module(name);
+      if (module < 0) {
+        return report(path + (unit.modules.empty() ? ".name" : ".modules"),
+                      quote(name) + " is not a module" + in_model_);
+      }
+      if (!type.empty()) type += schema::kModuleJoiner;
+      type += model_.modules[module].type;
+    }
     if (unit.type != type) {
-      report(path + ".type", "is " + quote(unit.type) + ", but module " + quote(unit.name) +
-                                 in_model_ + " is a " + quote(type));
+      report(path + ".type", "is " + quote(unit.type) + ", but " +
+                                 (unit.modules.empty() ? "module " : "modules ") +
+                                 quote(unit.name) + in_model_ + " " +
+                                 (unit.modules.empty() ? "is a " : "are ") + quote(type));
     }
   }
 

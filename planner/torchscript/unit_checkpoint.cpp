@@ -1,4 +1,5 @@
 #include "planner/torchscript/unit_checkpoint.h"
+#include "planner/torchscript/unit_ops.h"
 
 #include <algorithm>
 #include <functional>
@@ -357,6 +358,7 @@ void abandon_checkpointed_calls() {
   }
   checkpoint::open_calls.clear();
   checkpoint::pending.reset();
+  forget_merged_calls();
 }
 
 }  // namespace mfsdp::planner

@@ -1,6 +1,8 @@
 #include "planner/torchscript/unit_ops.h"
 
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "planner/torchscript/torch_model.h"
 #include "planner/torchscript/unit_checkpoint.h"
 #include "planner/torchscript/unit_hooks.h"
+#include "schema/error.h"
 
 namespace mfsdp::planner {
 
@@ -24,7 +27,80 @@ using torch::autograd::variable_list;
 
 std::atomic<UnitHooks*> installed_hooks{nullptr};
 
+// An operator's `unit` argument, decoded (unit_ops_id).
+struct Member {
+  int64_t unit = -1;
+  int64_t member = 0;
+  int64_t members = 1;
+};
+
+Member decode(int64_t id) {
+  if (id < 0) return {};
+  const int64_t members = id >> 48;
+  if (members == 0) return {id, 0, 1};
+  return {id & 0xffffffff, (id >> 32) & 0xffff, members};
+}
+
+// The calls of merged units in progress: which of its modules have begun and ended, and
+// whether the call's backward has begun. Forward runs on one thread and backward on another,
+// one after the other, so one lock is never contended.
+struct MergedCall {
+  std::vector<bool> begun;
+  int64_t ended = 0;
+};
+std::mutex merged_mutex;
+std::map<int64_t, MergedCall> merged_calls;  // by unit
+std::map<int64_t, bool> merged_backward;     // by unit: backward reported since its forward
+
+// Whether this module beginning begins its unit's call.
+bool begins_unit(const Member& m) {
+  if (m.members == 1) return true;
+  const std::lock_guard<std::mutex> lock(merged_mutex);
+  MergedCall& call = merged_calls[m.unit];
+  const bool first = call.begun.empty();
+  call.begun.resize(static_cast<size_t>(m.members), false);
+  if (call.begun[static_cast<size_t>(m.member)]) {
+    merged_calls.erase(m.unit);
+    fail(ExitCode::kModel, "a module of merged unit " + std::to_string(m.unit) +
+                               " ran twice in one call of the unit; merge modules that run one "
+                               "after another, once each");
+  }
+  call.begun[static_cast<size_t>(m.member)] = true;
+  if (first) merged_backward[m.unit] = false;
+  return first;
+}
+
+// Whether this module ending ends its unit's call.
+bool ends_unit(const Member& m) {
+  if (m.members == 1) return true;
+  const std::lock_guard<std::mutex> lock(merged_mutex);
+  MergedCall& call = merged_calls[m.unit];
+  if (++call.ended < m.members) return false;
+  merged_calls.erase(m.unit);
+  return true;
+}
+
+// Whether gradients reaching this module's outputs begin its unit's backward.
+bool begins_backward(const Member& m) {
+  if (m.members == 1) return true;
+  const std::lock_guard<std::mutex> lock(merged_mutex);
+  bool& reported = merged_backward[m.unit];
+  const bool first = !reported;
+  reported = true;
+  return first;
+}
+
 }  // namespace
+
+int64_t unit_ops_id(int64_t unit, int64_t member, int64_t members) {
+  if (unit < 0 || members <= 1) return unit;
+  return unit | (member << 32) | (members << 48);
+}
+
+void forget_merged_calls() {
+  const std::lock_guard<std::mutex> lock(merged_mutex);
+  merged_calls.clear();
+}
 
 // Instances of a unit's class that are not units carry id -1 and report nothing.
 UnitHooks* installed_hooks_for(int64_t unit) {
@@ -108,8 +184,10 @@ struct UnitExit : torch::autograd::Function<UnitExit> {
   }
   // One node for all outputs: the engine runs it once, when every output's gradient is in.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const int64_t unit = ctx->saved_data["unit"].toInt();
-    if (UnitHooks* hooks = hooks_for(unit)) hooks->pre_backward(static_cast<int>(unit));
+    const Member m = decode(ctx->saved_data["unit"].toInt());
+    if (UnitHooks* hooks = hooks_for(m.unit); hooks && begins_backward(m)) {
+      hooks->pre_backward(static_cast<int>(m.unit));
+    }
     return pass_through(std::move(grads));
   }
 };
@@ -125,11 +203,13 @@ std::vector<at::Tensor> cast_plainly(at::TensorList inputs, int64_t cast) {
 }
 
 // A recompute (unit_checkpoint.h) re-runs the unit's forward: no hooks, the same cast.
-std::vector<at::Tensor> unit_enter_autograd(int64_t unit, at::TensorList inputs) {
+std::vector<at::Tensor> unit_enter_autograd(int64_t id, at::TensorList inputs) {
+  const Member m = decode(id);
+  const int64_t unit = m.unit;
   UnitHooks* hooks = hooks_for(unit);
   if (!hooks) return inputs.vec();
   if (checkpoint::recomputing(unit)) return UnitEnter::apply(unit, input_cast(hooks, unit), inputs);
-  hooks->pre_forward(static_cast<int>(unit));
+  if (begins_unit(m)) hooks->pre_forward(static_cast<int>(unit));
   // A checkpointed call's forward runs without autograd, casts included.
   if (checkpoint::begin(unit)) return cast_plainly(inputs, input_cast(hooks, unit));
   return UnitEnter::apply(unit, input_cast(hooks, unit), inputs);
@@ -138,8 +218,9 @@ std::vector<at::Tensor> unit_enter_autograd(int64_t unit, at::TensorList inputs)
 // unit_exit under either kernel: a recompute's outputs are captured; a checkpointed call's
 // get its recompute node; any other's go through `exit_normally`. Then post_forward.
 template <typename ExitNormally>
-std::vector<at::Tensor> exit_unit(int64_t unit, at::TensorList outputs,
-                                  ExitNormally exit_normally) {
+std::vector<at::Tensor> exit_unit(int64_t id, at::TensorList outputs, ExitNormally exit_normally) {
+  const Member m = decode(id);
+  const int64_t unit = m.unit;
   UnitHooks* hooks = hooks_for(unit);
   if (!hooks) return outputs.vec();
   if (checkpoint::recomputing(unit)) {
@@ -148,7 +229,7 @@ std::vector<at::Tensor> exit_unit(int64_t unit, at::TensorList outputs,
   }
   std::optional<std::vector<at::Tensor>> linked = checkpoint::end(unit, outputs);
   std::vector<at::Tensor> out = linked ? std::move(*linked) : exit_normally();
-  hooks->post_forward(static_cast<int>(unit));
+  if (ends_unit(m)) hooks->post_forward(static_cast<int>(unit));
   return out;
 }
 
@@ -158,11 +239,13 @@ std::vector<at::Tensor> unit_exit_autograd(int64_t unit, at::TensorList outputs)
 
 // Below autograd: an empty list (no tensor to dispatch on) or inference mode. Nothing can
 // flow backward, so the tensors pass as they are.
-std::vector<at::Tensor> unit_enter_plain(int64_t unit, at::TensorList inputs) {
+std::vector<at::Tensor> unit_enter_plain(int64_t id, at::TensorList inputs) {
+  const Member m = decode(id);
+  const int64_t unit = m.unit;
   UnitHooks* hooks = hooks_for(unit);
   if (!hooks) return inputs.vec();
   if (!checkpoint::recomputing(unit)) {
-    hooks->pre_forward(static_cast<int>(unit));
+    if (begins_unit(m)) hooks->pre_forward(static_cast<int>(unit));
     checkpoint::begin(unit);
   }
   return cast_plainly(inputs, input_cast(hooks, unit));
@@ -174,7 +257,8 @@ std::vector<at::Tensor> unit_exit_plain(int64_t unit, at::TensorList outputs) {
 
 // Ahead of unit_enter in the forward of a class with a checkpointed unit: the call's module
 // and arguments, for the recompute.
-void unit_call(int64_t unit, const c10::IValue& self, const c10::IValue& args) {
+void unit_call(int64_t id, const c10::IValue& self, const c10::IValue& args) {
+  const int64_t unit = decode(id).unit;
   if (UnitHooks* hooks = hooks_for(unit)) checkpoint::on_call(*hooks, unit, self, args);
 }
 

@@ -268,6 +268,8 @@ TEST(PlanSearchCli, SweepPrintsEveryCandidateAndWritesYourPlan) {
   // A unit per repeated block class: each MLP (and, apart, each attention) plus the model.
   EXPECT_NE(r.out.find("every MLP + model, prefetch"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("every CausalSelfAttention + model, prefetch"), std::string::npos) << r.out;
+  // Adjacent blocks merged: both blocks of this model as one unit, plus the model.
+  EXPECT_NE(r.out.find("blocks merged in 2s + model, prefetch"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("world sizes"), std::string::npos) << r.out;
   const json plan = json::parse(read_file(out));
   EXPECT_EQ(plan["policy"]["forward_prefetch"], 1);  // yours, as given

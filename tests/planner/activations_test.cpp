@@ -58,7 +58,7 @@ std::map<std::string, int64_t> kept_by_unit(const TracedRun& run) {
       continue;
     }
     const int64_t delta = live - open.back().first;
-    kept[run.units[run.forward[i].unit]] += delta - open.back().second;
+    kept[schema::unit_name_of(run.units[run.forward[i].unit])] += delta - open.back().second;
     open.pop_back();
     if (!open.empty()) open.back().second += delta;
   }
@@ -78,14 +78,14 @@ TEST(TracedActivations, EachUnitLeavesAliveWhatItsBackwardNeeds) {
   EXPECT_EQ(run.loss, "cross_entropy");
   EXPECT_EQ(run.output_bytes, tensor);
   const std::map<std::string, int64_t> kept = kept_by_unit(run);
-  EXPECT_EQ(kept.at(""), 0);
+  EXPECT_EQ(kept.at("<root>"), 0);
   for (const std::string unit : {"u0", "u1", "u2"}) {
     SCOPED_TRACE(unit);
     EXPECT_EQ(kept.at(unit), tensor);
   }
   // Inside each unit's forward the product and relu's output coexist.
   for (size_t i = 0; i < run.forward.size(); ++i) {
-    if (!run.forward[i].enter || run.units[run.forward[i].unit].empty()) continue;
+    if (!run.forward[i].enter || run.units[run.forward[i].unit].front().empty()) continue;
     EXPECT_EQ(run.forward_bytes[i].peak, run.forward_bytes[i].live + 2 * tensor) << i;
   }
   // Forward ends with the three outputs alive; the loss then keeps its log-probabilities and
@@ -103,7 +103,7 @@ TEST(TracedActivations, AreMeasuredInTheParamDtype) {
   const int64_t tensor = 4 * 512 * 2;
   const std::map<std::string, int64_t> kept = kept_by_unit(run);
   EXPECT_EQ(kept.at("u1"), tensor);
-  EXPECT_EQ(kept.at("") + kept.at("u0") + kept.at("u1"), 3 * tensor);
+  EXPECT_EQ(kept.at("<root>") + kept.at("u0") + kept.at("u1"), 3 * tensor);
   EXPECT_EQ(run.output_bytes, tensor);
 }
 

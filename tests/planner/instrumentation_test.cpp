@@ -127,6 +127,55 @@ TEST_P(Instrumentation, UnitsFireInCallOrderAndBackwardInReverse) {
   }
 }
 
+// A merged unit (blocks.2 and blocks.0, which forward calls one after the other) reports one
+// call: pre_forward as the first of its modules begins, post_forward as the last ends, one
+// pre_backward when gradients reach it; outputs and gradients are the model's own.
+TEST_P(Instrumentation, AMergedUnitFiresOncePerCall) {
+  auto reference = torch::jit::load(fixture("reordered.pt"));
+  auto model = torch::jit::load(fixture("reordered.pt"));
+  instrument_unit_modules(model, {{"stem"}, {"blocks.0", "blocks.2"}, {"blocks.1"}, {"head"}});
+  RecordingHooks hooks({"stem", "blocks.0+blocks.2", "blocks.1", "head"});
+  set_unit_hooks(&hooks);
+  for (int step = 0; step < 3; ++step) {
+    const at::Tensor x = torch::randn({4, 8});
+    const at::Tensor out = forward(model, x);
+    const at::Tensor expected = forward(reference, x);
+    EXPECT_TRUE(torch::equal(out, expected));
+    EXPECT_EQ(hooks.take(),
+              (Events{"pre_forward stem", "post_forward stem", "pre_forward blocks.0+blocks.2",
+                      "post_forward blocks.0+blocks.2", "pre_forward blocks.1",
+                      "post_forward blocks.1", "pre_forward head", "post_forward head"}))
+        << "step " << step;
+    backward(out);
+    backward(expected);
+    EXPECT_EQ(hooks.take(), (Events{"pre_backward head", "pre_backward blocks.1",
+                                    "pre_backward blocks.0+blocks.2", "pre_backward stem"}))
+        << "step " << step;
+  }
+  const auto params = model.named_parameters();
+  const auto expected_params = reference.named_parameters();
+  for (auto e = expected_params.begin(), p = params.begin(); p != params.end(); ++e, ++p) {
+    EXPECT_TRUE(same_grad((*p).value, (*e).value)) << (*p).name;
+  }
+}
+
+// The planner refuses merged modules that do not run once each; should such a model run
+// anyway, a module that begins twice in one call of its unit fails forward.
+TEST_P(Instrumentation, AMergedUnitWhoseModuleRunsTwiceInOneCallFailsForward) {
+  auto model = torch::jit::load(fixture("called_twice.pt"));
+  instrument_unit_modules(model, {{"shared", "out"}});
+  RecordingHooks hooks({"shared+out"});
+  set_unit_hooks(&hooks);
+  try {
+    forward(model, torch::randn({4, 8}));
+    ADD_FAILURE() << "forward ran";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("ran twice in one call of the unit"), std::string::npos)
+        << e.what();
+  }
+  abandon_checkpointed_calls();
+}
+
 TEST_P(Instrumentation, OtherInstancesOfAUnitClassFireNothing) {
   auto model = load_instrumented("tied_lm.pt", {"layers.0"});
   for (int step = 0; step < 2; ++step) {

@@ -37,7 +37,7 @@ TEST(ShardingScope, FreeFullyShardRegistersOnActiveScope) {
   ShardingScope scope(model, mesh_of(2), {});
   fully_shard("layers.0");
   fully_shard("<root>");
-  EXPECT_EQ(scope.units(), (std::vector<int>{2, 0}));
+  EXPECT_EQ(scope.units(), (std::vector<std::vector<int>>{{2}, {0}}));
 }
 
 TEST(ShardingScope, CheckpointIsAPerUnitChoiceOfFullyShard) {

@@ -29,15 +29,15 @@ std::vector<TraceInput> inputs(const Names& specs) {
 Names forward_events(const TracedRun& run) {
   Names out;
   for (const TracedEvent& e : run.forward) {
-    const std::string& path = run.units[e.unit];
-    out.push_back((e.enter ? "pre_forward " : "post_forward ") + (path.empty() ? "<root>" : path));
+    out.push_back((e.enter ? "pre_forward " : "post_forward ") +
+                  schema::unit_name_of(run.units[e.unit]));
   }
   return out;
 }
 
 Names backward_units(const TracedRun& run) {
   Names out;
-  for (int u : run.backward) out.push_back(run.units[u].empty() ? "<root>" : run.units[u]);
+  for (int u : run.backward) out.push_back(schema::unit_name_of(run.units[u]));
   return out;
 }
 
@@ -301,7 +301,7 @@ TracedRun run_of(const Names& units, const std::vector<TracedEvent>& forward,
                  const std::vector<int>& backward) {
   TracedRun run;
   run.inputs = {"1"};
-  run.units = units;
+  for (const std::string& unit : units) run.units.push_back({unit});
   run.forward = forward;
   run.backward = backward;
   run.forward_ms.assign(units.size(), 0.5);

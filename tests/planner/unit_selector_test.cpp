@@ -23,9 +23,11 @@ ModelIR twelve_layers() {
   return b.build();
 }
 
-std::vector<std::string> paths(const ModelIR& ir, const std::vector<int>& modules) {
+// The units' names: module paths, a merged unit's joined by '+'.
+std::vector<std::string> paths(const ModelIR& ir, const std::vector<std::vector<int>>& units) {
   std::vector<std::string> out;
-  for (int m : modules) out.push_back(display_name(ir.modules[m].path));
+  for (const std::vector<int>& unit : units)
+    out.push_back(schema::unit_name_of(module_paths(ir, unit)));
   return out;
 }
 
@@ -87,7 +89,7 @@ TEST(UnitSelector, OverlappingSelectorsFail) {
 
 TEST(UnitSelector, AutoShardsModuleListElementsThenTheModel) {
   const ModelIR ir = twelve_layers();
-  const auto names = paths(ir, auto_units(ir));
+  const auto names = paths(ir, one_module_units(auto_units(ir)));
   ASSERT_EQ(names.size(), 13u);
   EXPECT_EQ(names.front(), "layers.0");
   EXPECT_EQ(names[11], "layers.11");

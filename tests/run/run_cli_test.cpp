@@ -293,6 +293,38 @@ TEST(RunCli, AUnitKeptAfterForwardTrainsLikeOneProcess) {
   }
 }
 
+// A merged unit ('layers.0+layers.1': both blocks gathered by one all-gather) trains like one
+// process, and the slots hold what the plan says.
+TEST(RunCli, AMergedUnitTrainsLikeOneProcess) {
+  const std::string plan = temp_path("run_merged.plan.json");
+  const RunResult planned = mfsdp({"plan", kModel, "--world-size", "2", "--unit",
+                                   "layers.0+layers.1", "--unit", "<root>", "-o", plan, "-q"});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const schema::Plan read = schema::read_plan_file(plan).plan;
+  ASSERT_EQ(read.units.size(), 2u);
+  EXPECT_EQ(read.units[1].modules, (std::vector<std::string>{"layers.0", "layers.1"}));
+  const executor::TrainConfig config = shared_config(3);
+  const std::string metrics = temp_path("run_merged.jsonl");
+  std::filesystem::remove(metrics);
+  const RunResult r =
+      mfsdp(with(run_args(plan, config), {"--nproc-per-node", "2", "--metrics", metrics}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const Reference reference = train_reference(config);
+  std::map<int64_t, double> losses;
+  for (const auto& j : metric_lines(metrics)) {
+    if (!j.contains("loss")) continue;
+    EXPECT_EQ(j.at("peak_unsharded_bytes").get<int64_t>(), read.memory.peak_unsharded_bytes)
+        << j.dump();
+    if (j.at("rank") == 0) losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+  }
+  ASSERT_EQ(losses.size(), reference.losses.size());
+  for (size_t s = 0; s < reference.losses.size(); ++s) {
+    EXPECT_NEAR(losses.at(static_cast<int64_t>(s) + 1), reference.losses[s],
+                1e-5 * std::abs(reference.losses[s]))
+        << "step " << s + 1;
+  }
+}
+
 // The activation peak a plan made with --trace-input predicts, scaled from the traced batch to
 // the run's microbatch, is what each rank measures, within 10 %: on the bundled example
 // (traced on 8 sequences, run on microbatches of 4) and on the tied-embedding fixture.

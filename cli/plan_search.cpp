@@ -5,6 +5,7 @@
 #include <map>
 
 #include "cli/byte_size.h"
+#include "cli/unit_choices.h"
 #include "planner/sharding_scope.h"
 #include "planner/unit_selector.h"
 #include "schema/error.h"
@@ -51,116 +52,6 @@ bool can_plan(const SearchInput& in, const UnitChoice& units) {
     if (e.code() != ExitCode::kPlanning) throw;
     return false;
   }
-}
-
-// The units tried: yours; every ModuleList element plus the model (FSDP2's habit) with no
-// block, the first half of the blocks or every block checkpointed (with a trace, which
-// measures what that saves and costs); adjacent elements merged in twos and in fours plus the
-// model; every module of a repeated block class plus the model; the model alone.
-std::vector<UnitChoice> unit_choices(const SearchInput& in, int& blocks_choice) {
-  std::vector<UnitChoice> out = {in.yours};
-  out[0].checkpoint.resize(out[0].modules.size(), false);
-  out[0].reshard_after_forward.resize(out[0].modules.size());
-  const auto add = [&](const std::string& name, const std::vector<std::vector<int>>& modules,
-                       const std::vector<bool>& checkpoint) {
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (out[i].modules == modules && out[i].checkpoint == checkpoint &&
-          std::none_of(out[i].reshard_after_forward.begin(), out[i].reshard_after_forward.end(),
-                       [](const std::optional<bool>& r) { return r.has_value(); })) {
-        return static_cast<int>(i);
-      }
-    }
-    out.push_back({name, modules, checkpoint, std::vector<std::optional<bool>>(modules.size())});
-    return static_cast<int>(out.size() - 1);
-  };
-  const planner::ModelIR& ir = in.model->ir();
-  const std::vector<int> blocks = planner::auto_units(ir);  // the elements, then the model
-  const size_t n = blocks.size() - 1;
-  blocks_choice = add(n > 0 ? "blocks + model" : "model only", planner::one_module_units(blocks),
-                      std::vector<bool>(blocks.size(), false));
-  // A checkpointed unit may hold no other unit: lists nested in a block rule it out.
-  bool flat = n > 1;
-  for (size_t a = 0; a < n && flat; ++a) {
-    for (size_t b = 0; b < n && flat; ++b) {
-      if (a != b && ir.contains(blocks[a], blocks[b])) flat = false;
-    }
-  }
-  if (flat && !in.trace_inputs.empty()) {
-    const size_t half = (n + 1) / 2;
-    if (half < n) {
-      std::vector<bool> first_half(blocks.size(), false);
-      std::fill(first_half.begin(), first_half.begin() + static_cast<std::ptrdiff_t>(half), true);
-      add("blocks + model, " + std::to_string(half) + " of " + std::to_string(n) +
-              " blocks checkpointed",
-          planner::one_module_units(blocks), first_half);
-    }
-    std::vector<bool> every(blocks.size(), true);
-    every.back() = false;  // the model holds the blocks
-    add("blocks + model, every block checkpointed", planner::one_module_units(blocks), every);
-  }
-  // Adjacent blocks merged: fewer, larger collectives. Twos and fours of the elements of one
-  // list, where a list has more than that; a unit of one block holds the remainder. Only a
-  // trace weighs what they lose in overlap: a count of collectives always prefers them.
-  if (flat && !in.trace_inputs.empty()) {
-    for (size_t size : {size_t{2}, size_t{4}}) {
-      std::vector<std::vector<int>> merged;
-      for (size_t b = 0; b < n; ++b) {
-        const bool same_list =
-            !merged.empty() && ir.modules[static_cast<size_t>(merged.back().front())].parent ==
-                                   ir.modules[static_cast<size_t>(blocks[b])].parent;
-        if (same_list && merged.back().size() < size) {
-          merged.back().push_back(blocks[b]);
-        } else {
-          merged.push_back({blocks[b]});
-        }
-      }
-      if (merged.size() + 1 >= blocks.size()) break;  // no list long enough
-      merged.push_back({0});
-      add("blocks merged in " + std::to_string(size) + "s + model", merged,
-          std::vector<bool>(merged.size(), false));
-    }
-  }
-  // A unit per repeated block type: every module of a class with two or more instances that
-  // have modules of their own (blocks, not layers such as Linear) and hold no other instance,
-  // plus the model; the two such classes that hold the most parameters and are not a choice
-  // already.
-  std::map<std::string, std::vector<int>> by_type;
-  for (size_t m = 1; m < ir.modules.size(); ++m) {
-    const planner::ModuleNode& node = ir.modules[m];
-    const std::string type = node.type.substr(node.type.rfind('.') + 1);
-    if (node.children.empty() || type == "ModuleList" || type == "ModuleDict") continue;
-    by_type[node.type].push_back(static_cast<int>(m));
-  }
-  std::vector<std::pair<int64_t, std::string>> repeated;  // parameters held, class
-  for (const auto& [type, modules] : by_type) {
-    if (modules.size() < 2) continue;
-    bool apart = true;
-    for (int a : modules) {
-      for (int b : modules) apart = apart && (a == b || !ir.contains(a, b));
-    }
-    if (!apart) continue;
-    int64_t numel = 0;
-    for (int a : modules) {
-      for (size_t m = 0; m < ir.modules.size(); ++m) {
-        if (!ir.contains(a, static_cast<int>(m))) continue;
-        for (int t : ir.modules[m].params) numel += ir.tensors[static_cast<size_t>(t)].numel();
-      }
-    }
-    repeated.emplace_back(-numel, type);
-  }
-  std::sort(repeated.begin(), repeated.end());
-  int added = 0;
-  for (const auto& [negative_numel, type] : repeated) {
-    if (added == 2) break;
-    std::vector<int> modules = by_type.at(type);
-    modules.push_back(0);
-    const size_t before = out.size();
-    add("every " + type.substr(type.rfind('.') + 1) + " + model",
-        planner::one_module_units(modules), std::vector<bool>(modules.size(), false));
-    added += out.size() > before ? 1 : 0;
-  }
-  add("model only", {{0}}, {false});
-  return out;
 }
 
 // How many units, counted from the start of backward, a plan keeps gathered after forward:
@@ -222,7 +113,8 @@ SearchResult search_plans(const SearchInput& in) {
   SearchResult result;
   result.predicted = !in.trace_inputs.empty();
   int blocks = -1;
-  const std::vector<UnitChoice> choices = unit_choices(in, blocks);
+  const std::vector<UnitChoice> choices =
+      unit_choices(in.model->ir(), in.yours, result.predicted, blocks);
   const std::string optimizer = predicted_optimizer(in.training, in.predict);
   std::map<size_t, planner::TracedRun> traces;  // by choice
   const auto trace_of = [&](size_t c) -> const planner::TracedRun* {
@@ -399,13 +291,18 @@ void print_sweep(std::ostream& out, const SearchResult& result,
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return result.candidates[a].memory_bytes < result.candidates[b].memory_bytes;
   });
-  char row[320];
+  // The plan column is as wide as its longest label: labels name their choices in full.
+  int width = 4;
+  for (const Candidate& c : result.candidates) {
+    width = std::max(width, static_cast<int>(c.label().size()));
+  }
+  char row[512];
   if (result.predicted) {
-    std::snprintf(row, sizeof row, "  %-72s %12s %12s %12s  %s\n", "plan", "memory/rank", "step",
-                  "exposed", "");
+    std::snprintf(row, sizeof row, "  %-*s %12s %12s %12s  %s\n", width, "plan", "memory/rank",
+                  "step", "exposed", "");
   } else {
-    std::snprintf(row, sizeof row, "  %-72s %12s %12s  %s\n", "plan", "memory/rank", "collectives",
-                  "");
+    std::snprintf(row, sizeof row, "  %-*s %12s %12s  %s\n", width, "plan", "memory/rank",
+                  "collectives", "");
   }
   out << "candidates (* on the Pareto front: none both "
       << (result.predicted ? "faster" : "with fewer collectives") << " and smaller"
@@ -423,11 +320,11 @@ void print_sweep(std::ostream& out, const SearchResult& result,
     if (static_cast<int>(i) == result.yours) marks += " yours";
     if (static_cast<int>(i) == result.fsdp2_default) marks += " fsdp2-like";
     if (result.predicted) {
-      std::snprintf(row, sizeof row, "  %-72s %12s %12s %12s  %s\n", c.label().c_str(),
+      std::snprintf(row, sizeof row, "  %-*s %12s %12s %12s  %s\n", width, c.label().c_str(),
                     format_bytes(c.memory_bytes).c_str(), ms_text(c.step_ms).c_str(),
                     ms_text(c.exposed_ms).c_str(), marks.c_str());
     } else {
-      std::snprintf(row, sizeof row, "  %-72s %12s %12lld  %s\n", c.label().c_str(),
+      std::snprintf(row, sizeof row, "  %-*s %12s %12lld  %s\n", width, c.label().c_str(),
                     format_bytes(c.memory_bytes).c_str(), static_cast<long long>(c.collectives),
                     marks.c_str());
     }

@@ -17,22 +17,13 @@
 #include <vector>
 
 #include "cli/predict_report.h"
+#include "cli/unit_choices.h"
 #include "planner/sharded_model.h"
 #include "planner/trace_input.h"
 #include "schema/plan.h"
 #include "schema/profile.h"
 
 namespace mfsdp::cli {
-
-// One way to choose the units: each unit's module indices (two or more: merged), their
-// checkpoint flags and their own resharding after forward (unset: the policy's; empty: unset
-// for every unit).
-struct UnitChoice {
-  std::string name;  // "yours", "blocks + model", "model only", ...
-  std::vector<std::vector<int>> modules;
-  std::vector<bool> checkpoint;
-  std::vector<std::optional<bool>> reshard_after_forward;
-};
 
 struct SearchInput {
   planner::ShardedModel* model = nullptr;

@@ -43,6 +43,13 @@ ShardedModel called_in_order() {
   return b.model();
 }
 
+// Plans `model` with one fully_shard call per entry of `units`, in order.
+schema::Plan plan_of(ShardedModel model, const std::vector<Names>& units) {
+  ShardingScope scope(model, mesh_of(2), {});
+  for (const Names& unit : units) scope.fully_shard(unit);
+  return scope.finalize();
+}
+
 int count_of(const std::vector<std::string>& names, const std::string& name) {
   return static_cast<int>(std::count(names.begin(), names.end(), name));
 }
@@ -78,11 +85,9 @@ TEST(MergedUnit, IsOneUnitGatheredOnceForItsModules) {
   }
   EXPECT_EQ(gathers, 2);  // forward, and again for backward
   EXPECT_EQ(scatters, 1);
-  ShardedModel apart_model = called_in_order();
-  ShardingScope apart(apart_model, mesh_of(2), {});
-  for (const char* u : {"layers.0", "layers.1", "layers.2", "<root>"}) apart.fully_shard(u);
-  EXPECT_EQ(apart.finalize().communication.all_gather_count,
-            plan.communication.all_gather_count + 2);
+  const schema::Plan apart =
+      plan_of(called_in_order(), {{"layers.0"}, {"layers.1"}, {"layers.2"}, {"<root>"}});
+  EXPECT_EQ(apart.communication.all_gather_count, plan.communication.all_gather_count + 2);
 }
 
 TEST(MergedUnit, ItsModulesMayRunInAnyOrderWhenNothingRunsBetween) {
@@ -91,48 +96,32 @@ TEST(MergedUnit, ItsModulesMayRunInAnyOrderWhenNothingRunsBetween) {
     b.enter(layer).call(std::string(layer) + ".fc").exit(layer);
   }
   b.call("head");
-  ShardedModel model = b.model();
-  ShardingScope scope(model, mesh_of(2), {});
-  scope.fully_shard(Names{"layers.0", "layers.2"});
-  scope.fully_shard("layers.1");
-  scope.fully_shard("<root>");
-  const schema::Plan plan = scope.finalize();
+  const schema::Plan plan =
+      plan_of(b.model(), {{"layers.0", "layers.2"}, {"layers.1"}, {"<root>"}});
   EXPECT_EQ(plan.forward_order, (Names{"<root>", "layers.0+layers.2", "layers.1"}));
 }
 
 TEST(MergedUnit, RefusesModulesThatDoNotRunOneAfterAnother) {
-  ShardedModel model = called_in_order();
-  ShardingScope scope(model, mesh_of(2), {});
-  scope.fully_shard(Names{"layers.0", "layers.2"});
-  scope.fully_shard("layers.1");
-  scope.fully_shard("<root>");
-  EXPECT_MFSDP_ERROR(scope.finalize(), ExitCode::kPlanning,
-                     "the modules of merged unit 'layers.0+layers.2' do not run one after "
-                     "another in forward (unit 'layers.1' runs between them)");
+  EXPECT_MFSDP_ERROR(
+      plan_of(called_in_order(), {{"layers.0", "layers.2"}, {"layers.1"}, {"<root>"}}),
+      ExitCode::kPlanning,
+      "the modules of merged unit 'layers.0+layers.2' do not run one after "
+      "another in forward (unit 'layers.1' runs between them)");
 }
 
 TEST(MergedUnit, RefusesAModuleCalledTwiceOrUnderAnIf) {
-  {
-    IrBuilder b = three_layers();
-    b.enter("layers.0").exit("layers.0").enter("layers.1").exit("layers.1");
-    b.enter("layers.0").exit("layers.0");
-    ShardedModel model = b.model();
-    ShardingScope scope(model, mesh_of(2), {});
-    scope.fully_shard(Names{"layers.0", "layers.1"});
-    scope.fully_shard("<root>");
-    EXPECT_MFSDP_ERROR(scope.finalize(), ExitCode::kPlanning,
-                       "module 'layers.0' of merged unit 'layers.0+layers.1' is called more "
-                       "than once in forward");
-  }
-  {
-    IrBuilder b = three_layers();
-    b.enter("layers.0").exit("layers.0").enter("layers.1", /*under_if=*/true).exit("layers.1");
-    ShardedModel model = b.model();
-    ShardingScope scope(model, mesh_of(2), {});
-    scope.fully_shard(Names{"layers.0", "layers.1"});
-    scope.fully_shard("<root>");
-    EXPECT_MFSDP_ERROR(scope.finalize(), ExitCode::kPlanning, "is called under an if");
-  }
+  IrBuilder twice = three_layers();
+  twice.enter("layers.0").exit("layers.0").enter("layers.1").exit("layers.1");
+  twice.enter("layers.0").exit("layers.0");
+  EXPECT_MFSDP_ERROR(plan_of(twice.model(), {{"layers.0", "layers.1"}, {"<root>"}}),
+                     ExitCode::kPlanning,
+                     "module 'layers.0' of merged unit 'layers.0+layers.1' is called more "
+                     "than once in forward");
+  IrBuilder under_if = three_layers();
+  under_if.enter("layers.0").exit("layers.0").enter("layers.1", /*under_if=*/true);
+  under_if.exit("layers.1");
+  EXPECT_MFSDP_ERROR(plan_of(under_if.model(), {{"layers.0", "layers.1"}, {"<root>"}}),
+                     ExitCode::kPlanning, "is called under an if");
 }
 
 TEST(MergedUnit, RefusesWhatCannotBeMerged) {
@@ -156,24 +145,12 @@ TEST(MergedUnit, RefusesWhatCannotBeMerged) {
 }
 
 TEST(MergedUnit, RefusesModulesOfDifferentUnitsAndUnitsInside) {
-  {
-    ShardedModel model = called_in_order();
-    ShardingScope scope(model, mesh_of(2), {});
-    scope.fully_shard(Names{"layers.0", "head"});
-    scope.fully_shard("layers");
-    scope.fully_shard("<root>");
-    EXPECT_MFSDP_ERROR(scope.finalize(), ExitCode::kPlanning,
-                       "the modules of merged unit 'layers.0+head' lie in different units");
-  }
-  {
-    ShardedModel model = called_in_order();
-    ShardingScope scope(model, mesh_of(2), {});
-    scope.fully_shard(Names{"layers.0", "layers.1"});
-    scope.fully_shard("layers.0.fc");
-    scope.fully_shard("<root>");
-    EXPECT_MFSDP_ERROR(scope.finalize(), ExitCode::kPlanning,
-                       "merged unit 'layers.0+layers.1' contains unit 'layers.0.fc'");
-  }
+  EXPECT_MFSDP_ERROR(plan_of(called_in_order(), {{"layers.0", "head"}, {"layers"}, {"<root>"}}),
+                     ExitCode::kPlanning,
+                     "the modules of merged unit 'layers.0+head' lie in different units");
+  EXPECT_MFSDP_ERROR(
+      plan_of(called_in_order(), {{"layers.0", "layers.1"}, {"layers.0.fc"}, {"<root>"}}),
+      ExitCode::kPlanning, "merged unit 'layers.0+layers.1' contains unit 'layers.0.fc'");
 }
 
 TEST(MergedUnit, APathPatternJoinedByPlusSelectsOneUnit) {
@@ -196,12 +173,8 @@ TEST(MergedUnit, APathPatternJoinedByPlusSelectsOneUnit) {
 }
 
 TEST(MergedUnit, ThePlanCheckRefusesMalformedMergedUnits) {
-  ShardedModel model = called_in_order();
-  ShardingScope scope(model, mesh_of(2), {});
-  scope.fully_shard(Names{"layers.0", "layers.1"});
-  scope.fully_shard("layers.2");
-  scope.fully_shard("<root>");
-  const schema::Plan plan = scope.finalize();
+  const schema::Plan plan =
+      plan_of(called_in_order(), {{"layers.0", "layers.1"}, {"layers.2"}, {"<root>"}});
   const auto problems_of = [](const schema::Plan& p) {
     std::vector<std::string> out;
     for (const schema::Problem& problem : schema::check_plan(p)) {

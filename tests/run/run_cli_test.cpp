@@ -257,9 +257,35 @@ TEST(RunCli, TwoRanksTrainLikeOneProcessOnTheGlobalBatch) {
             m.attr("wte").toModule().attr("weight").toTensor().data_ptr());
 }
 
+// Trains `plan` on 2 ranks (3 steps of two microbatches) and expects the losses of
+// single-process training, and every step's measured peak of gathered bytes to be the plan's.
+void expect_two_ranks_train_like_one_process(const std::string& plan, const std::string& name) {
+  const executor::TrainConfig config = shared_config(3);
+  const std::string metrics = temp_path(name + ".jsonl");
+  std::filesystem::remove(metrics);
+  const RunResult r =
+      mfsdp(with(run_args(plan, config), {"--nproc-per-node", "2", "--metrics", metrics}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const Reference reference = train_reference(config);
+  std::map<int64_t, double> losses;
+  const int64_t planned_peak = schema::read_plan_file(plan).plan.memory.peak_unsharded_bytes;
+  for (const auto& j : metric_lines(metrics)) {
+    if (!j.contains("loss")) continue;
+    EXPECT_EQ(j.at("peak_unsharded_bytes").get<int64_t>(), planned_peak) << j.dump();
+    if (j.at("rank") == 0) losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+  }
+  ASSERT_EQ(losses.size(), reference.losses.size());
+  for (size_t s = 0; s < reference.losses.size(); ++s) {
+    EXPECT_NEAR(losses.at(static_cast<int64_t>(s) + 1), reference.losses[s],
+                1e-5 * std::abs(reference.losses[s]))
+        << "step " << s + 1;
+  }
+}
+
 // A unit kept gathered from its forward to its backward (--keep-after-forward) skips its
 // backward all-gather and trains as before: the losses of single-process training, with the
-// two microbatches of each step.
+// two microbatches of each step; the slot layer holds what the plan says (the kept unit's
+// slot stays through backward).
 TEST(RunCli, AUnitKeptAfterForwardTrainsLikeOneProcess) {
   const std::string plan = temp_path("run_kept.plan.json");
   const RunResult planned =
@@ -270,27 +296,7 @@ TEST(RunCli, AUnitKeptAfterForwardTrainsLikeOneProcess) {
   for (const auto& u : units) {
     EXPECT_EQ(u["kept_after_forward"], u["name"] != "layers.1") << u.dump();
   }
-  const executor::TrainConfig config = shared_config(3);
-  const std::string metrics = temp_path("run_kept.jsonl");
-  std::filesystem::remove(metrics);
-  const RunResult r =
-      mfsdp(with(run_args(plan, config), {"--nproc-per-node", "2", "--metrics", metrics}));
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const Reference reference = train_reference(config);
-  std::map<int64_t, double> losses;
-  const int64_t planned_peak = schema::read_plan_file(plan).plan.memory.peak_unsharded_bytes;
-  for (const auto& j : metric_lines(metrics)) {
-    if (!j.contains("loss")) continue;
-    // The slot layer holds what the plan says: the kept unit's slot stays through backward.
-    EXPECT_EQ(j.at("peak_unsharded_bytes").get<int64_t>(), planned_peak) << j.dump();
-    if (j.at("rank") == 0) losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-  }
-  ASSERT_EQ(losses.size(), reference.losses.size());
-  for (size_t s = 0; s < reference.losses.size(); ++s) {
-    EXPECT_NEAR(losses.at(static_cast<int64_t>(s) + 1), reference.losses[s],
-                1e-5 * std::abs(reference.losses[s]))
-        << "step " << s + 1;
-  }
+  expect_two_ranks_train_like_one_process(plan, "run_kept");
 }
 
 // A merged unit ('layers.0+layers.1': both blocks gathered by one all-gather) trains like one
@@ -303,26 +309,7 @@ TEST(RunCli, AMergedUnitTrainsLikeOneProcess) {
   const schema::Plan read = schema::read_plan_file(plan).plan;
   ASSERT_EQ(read.units.size(), 2u);
   EXPECT_EQ(read.units[1].modules, (std::vector<std::string>{"layers.0", "layers.1"}));
-  const executor::TrainConfig config = shared_config(3);
-  const std::string metrics = temp_path("run_merged.jsonl");
-  std::filesystem::remove(metrics);
-  const RunResult r =
-      mfsdp(with(run_args(plan, config), {"--nproc-per-node", "2", "--metrics", metrics}));
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const Reference reference = train_reference(config);
-  std::map<int64_t, double> losses;
-  for (const auto& j : metric_lines(metrics)) {
-    if (!j.contains("loss")) continue;
-    EXPECT_EQ(j.at("peak_unsharded_bytes").get<int64_t>(), read.memory.peak_unsharded_bytes)
-        << j.dump();
-    if (j.at("rank") == 0) losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-  }
-  ASSERT_EQ(losses.size(), reference.losses.size());
-  for (size_t s = 0; s < reference.losses.size(); ++s) {
-    EXPECT_NEAR(losses.at(static_cast<int64_t>(s) + 1), reference.losses[s],
-                1e-5 * std::abs(reference.losses[s]))
-        << "step " << s + 1;
-  }
+  expect_two_ranks_train_like_one_process(plan, "run_merged");
 }
 
 // The activation peak a plan made with --trace-input predicts, scaled from the traced batch to

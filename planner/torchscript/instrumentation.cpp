@@ -220,6 +220,10 @@ std::vector<Unit> find_units(const torch::jit::Module& model,
       fail(ExitCode::kPlanning, "unit " + std::to_string(u) + " has no module; name one");
     }
     const auto members = static_cast<int64_t>(unit_modules[u].size());
+    if (members > 32767) {  // the operators' id holds a module's place in 16 bits (unit_ops.h)
+      fail(ExitCode::kPlanning, "unit " + std::to_string(u) + " merges " + std::to_string(members) +
+                                    " modules; merge at most 32767, or shard their parent");
+    }
     for (int64_t m = 0; m < members; ++m) {
       Unit unit = find_unit(model, unit_modules[u][static_cast<size_t>(m)]);
       unit.unit = u;

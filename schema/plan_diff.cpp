@@ -737,13 +737,14 @@ class Differ {
     quantity("memory.peak_unsharded_bytes", m.peak_unsharded_bytes, n.peak_unsharded_bytes);
     field("memory.peak_at", quoted(mapped_point(m.peak_at)), quoted(n.peak_at));
     quantity("memory.slot_bytes", m.slot_bytes, n.slot_bytes);
-    // Which units share a slot, "layers.0+layers.2"; slot_bytes above tells the sizes.
+    // Which units share a slot, "layers.0 & layers.2" ('+' joins a merged unit's modules);
+    // slot_bytes above tells the sizes.
     const auto slots = [this](const Memory& memory, bool is_old) {
       std::vector<std::string> out;
       for (const Slot& slot : memory.slots) {
         std::string line;
         for (const auto& unit : slot.units) {
-          line += (line.empty() ? "" : "+") + (is_old ? mapped(unit) : unit);
+          line += (line.empty() ? "" : " & ") + (is_old ? mapped(unit) : unit);
         }
         out.push_back(line);
       }

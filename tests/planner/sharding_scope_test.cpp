@@ -43,7 +43,7 @@ TEST(ShardingScope, FreeFullyShardRegistersOnActiveScope) {
 TEST(ShardingScope, CheckpointIsAPerUnitChoiceOfFullyShard) {
   ShardedModel model = nested_model();
   ShardingScope scope(model, mesh_of(2), {});
-  scope.fully_shard("layers.0", {/*checkpoint=*/true});
+  scope.fully_shard("layers.0", {/*checkpoint=*/true, /*reshard_after_forward=*/std::nullopt});
   fully_shard("layers.1");
   scope.fully_shard("<root>");
   const schema::Plan plan = scope.finalize();
@@ -117,7 +117,7 @@ TEST(ShardingScope, RejectsACheckpointedUnitThatContainsAnother) {
   ShardedModel model = nested_model();
   ShardingScope scope(model, mesh_of(2), {});
   scope.fully_shard("layers.0");
-  scope.fully_shard("<root>", {/*checkpoint=*/true});
+  scope.fully_shard("<root>", {/*checkpoint=*/true, /*reshard_after_forward=*/std::nullopt});
   EXPECT_MFSDP_ERROR(scope.finalize(), ExitCode::kPlanning,
                      "unit '<root>' is checkpointed but contains unit 'layers.0'; checkpoint "
                      "units that hold no other unit (e.g. 'layers.0')");

@@ -18,11 +18,6 @@ bool covers_whole_model(const schema::Plan& plan) {
                       [](const schema::Diagnostic& d) { return d.code == "ownership.unmanaged"; });
 }
 
-// The unit's name in a plan: its module paths joined by '+', <root> for the model.
-std::string unit_name(const planner::ShardedModel& model, const std::vector<int>& unit) {
-  return schema::unit_name_of(planner::module_paths(model.ir(), unit));
-}
-
 schema::Plan plan_of(const SearchInput& in, const UnitChoice& units,
                      const std::vector<std::optional<bool>>& reshard, const schema::Mesh& mesh,
                      const schema::Policy& policy, const planner::TracedRun* trace) {
@@ -70,7 +65,8 @@ std::vector<std::optional<bool>> keep_first_in_backward(const SearchInput& in,
   std::vector<std::optional<bool>> out(units.modules.size());
   for (int i = 0; i < k && i < static_cast<int>(plan.backward_order.size()); ++i) {
     for (size_t u = 0; u < units.modules.size(); ++u) {
-      if (unit_name(*in.model, units.modules[u]) == plan.backward_order[i]) out[u] = false;
+      if (planner::unit_name(in.model->ir(), units.modules[u]) == plan.backward_order[i])
+        out[u] = false;
     }
   }
   return out;

@@ -18,13 +18,13 @@ UnitCallTracker::UnitCallTracker(const PlanIR& ir)
 
 int UnitCallTracker::enter(int module) {
   const int u = ir_.unit_of_module(module);
-  if (u == -1) return -1;
+  if (u == -1 || ir_.units[u].modules.size() == 1) return u;
   return begun_[u]++ == 0 ? u : -1;
 }
 
 int UnitCallTracker::exit(int module) {
   const int u = ir_.unit_of_module(module);
-  if (u == -1) return -1;
+  if (u == -1 || ir_.units[u].modules.size() == 1) return u;
   if (++ended_[u] < ir_.units[u].modules.size()) return -1;
   begun_[u] = ended_[u] = 0;
   return u;

@@ -61,7 +61,7 @@ struct PlanIR {
 
 // Unit calls from the model's module calls: a unit of one module begins and ends with it, a
 // merged unit begins with the first of its modules to begin and ends when all have ended
-// (each runs once per call: derive_orders checks it).
+// (each runs once per call, one after another: link_units checks it).
 class UnitCallTracker {
  public:
   explicit UnitCallTracker(const PlanIR& ir);

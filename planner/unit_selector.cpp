@@ -163,10 +163,6 @@ bool selects(const ModelIR& model, const UnitSelector& selector, const std::vect
   return false;
 }
 
-std::string unit_name(const ModelIR& model, const std::vector<int>& unit) {
-  return schema::unit_name_of(module_paths(model, unit));
-}
-
 // Marks in `out` the units each of `extra` matches; one that matches none is refused: only
 // units can be `what`.
 template <typename T>
@@ -238,6 +234,10 @@ std::vector<std::string> module_paths(const ModelIR& model, const std::vector<in
   std::vector<std::string> paths;
   for (int m : unit) paths.push_back(model.modules[m].path);
   return paths;
+}
+
+std::string unit_name(const ModelIR& model, const std::vector<int>& unit) {
+  return schema::unit_name_of(module_paths(model, unit));
 }
 
 }  // namespace mfsdp::planner

@@ -64,5 +64,7 @@ std::vector<int> auto_units(const ModelIR& model);
 std::vector<std::vector<int>> one_module_units(const std::vector<int>& modules);
 // The module paths of a unit given as module indices ("" for the model), for fully_shard.
 std::vector<std::string> module_paths(const ModelIR& model, const std::vector<int>& unit);
+// The name a plan gives that unit: its module paths joined by '+', <root> for the model.
+std::string unit_name(const ModelIR& model, const std::vector<int>& unit);
 
 }  // namespace mfsdp::planner

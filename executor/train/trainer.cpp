@@ -115,7 +115,8 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   ShardedOptimizer optimizer(*ctx, config.optimizer);
   const int64_t microbatches = data_config.microbatches;
   // Set-up's high-water mark (the model as loaded) is in ctx->stats(); from here on the
-  // mark is training's.
+  // mark is training's, and so is the allocator's: pages set-up freed are given back.
+  host_memory::release_cache();
   host_memory::reset_peak_rss();
   int64_t optimizer_step_peak = 0;
   int64_t optimizer_step_peak_cached = 0;  // the allocator's reuse cache at that moment
@@ -160,6 +161,7 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
     const auto start = Clock::now();
     const int64_t start_us = Timeline::now_us();
     const int64_t exposed_before = ctx->stats().exposed_comm_us;
+    const int64_t faults_before = host_memory::minor_faults();
     const double lr = learning_rate(config, step);
     optimizer.set_lr(lr);
 
@@ -203,10 +205,12 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
       optimizer_step_peak_cached = host_memory::cached_at_peak_bytes();
     }
     ctx->zero_grad();
+    host_memory::end_step();
     if (timeline) timeline->record("compute", "optimizer step", optimizer_us, Timeline::now_us());
     record.loss = ctx->mean_over_ranks(record.local_loss);
     record.ms = ms_since(start);
     record.exposed_ms = (ctx->stats().exposed_comm_us - exposed_before) / 1000.0;
+    const int64_t page_faults = host_memory::minor_faults() - faults_before;
     if (timeline)
       timeline->record("compute", "step " + std::to_string(step + 1), start_us, Timeline::now_us());
     if (!std::isfinite(record.loss)) {
@@ -233,6 +237,7 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
                           {"peak_unsharded_bytes", ctx->stats().peak_unsharded_bytes},
                           {"rss_bytes", host_memory::rss_bytes()},
                           {"tensor_bytes", host_memory::tensor_bytes()},
+                          {"page_faults", page_faults},
                           {"time", std::chrono::duration<double>(
                                        std::chrono::system_clock::now().time_since_epoch())
                                        .count()}};
@@ -286,6 +291,7 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   memory.code =
       std::max<int64_t>(0, host_memory::file_rss_bytes() - stats.runtime_base_file_rss_bytes);
   if (metrics) metrics->write({{"rank", ctx->rank()}, {"memory", memory.to_json()}});
+  host_memory::release_cache();  // training is over: the pages its steps kept go back
   const double exposed_pct = total_ms > 0 ? 100.0 * total_exposed_ms / total_ms : 0.0;
   std::ostringstream mine;
   mine << exposed_pct << " " << stats.peak_unsharded_bytes;

@@ -1,14 +1,14 @@
 #include "planner/torchscript/host_memory.h"
 
+#include "planner/torchscript/page_pool.h"
+
 #include <malloc.h>
-#include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <map>
-#include <mutex>
 #include <new>
 #include <string>
 
@@ -22,119 +22,96 @@ std::atomic<int64_t> peak{0};
 std::atomic<int64_t> cached_at_peak{0};
 std::atomic<int64_t> from_malloc{0};  // usable bytes of the blocks tensors took from malloc
 std::atomic<bool> is_installed{false};
-constexpr size_t kMapFrom = static_cast<size_t>(kMappedBytes);
-constexpr size_t kReuseFrom = static_cast<size_t>(kReusedBytes);
-constexpr size_t kPage = 4096;
-constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kPoolFrom = static_cast<size_t>(kPooledBytes);
 
-// LibTorch's own CPU allocator aligns to 64 bytes; so does this one.
+// Small blocks come from malloc with a header in front that remembers their size, so the
+// deleter (which LibTorch calls with the data pointer alone for raw allocations) can count
+// them. The header is 64 bytes in a 128-byte aligned block, so that data is 64-byte aligned
+// (as LibTorch's own CPU allocator aligns) and never on a page boundary, where the pool's
+// blocks always are: the deleter tells the two apart by the pointer alone.
 constexpr size_t kAlignment = 64;
-// Every block starts with a header that remembers its size, so the deleter (which LibTorch
-// calls with the data pointer alone for raw allocations) can count and unmap it.
-constexpr size_t kHeader = kAlignment;
+constexpr size_t kHeader = 64;
+constexpr size_t kBlockAlignment = 128;
+constexpr uintptr_t kPageMask = PagePool::kPage - 1;
+// The header's tag is this xor the data's address: a pointer this allocator did not make (a
+// raw allocation of the allocator installed before, freed after install()) is told apart
+// instead of being read as a size.
+constexpr uint64_t kTagKey = 0x6d667364702d686dULL;
 
-// Freed mid-size blocks, by their mapped (page-rounded) size: a step asks for the same sizes
-// as the one before, so after the first step they come from here, without a system call or
-// a page fault, and never from glibc's heap, where they left holes that the next step's
-// different mix of sizes could not fill (6 MiB of bytegpt's 45, bench/README.md).
-class ReuseCache {
- public:
-  void* take(size_t mapped) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = free_.find(mapped);
-      if (it != free_.end() && !it->second.empty()) {
-        void* block = it->second.back();
-        it->second.pop_back();
-        bytes_.fetch_sub(static_cast<int64_t>(mapped), std::memory_order_relaxed);
-        return block;
-      }
-    }
-    void* block =
-        ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return block == MAP_FAILED ? nullptr : block;
-  }
-
-  void give(void* block, size_t mapped) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (bytes_.load(std::memory_order_relaxed) + static_cast<int64_t>(mapped) <= kCachedLimit) {
-        free_[mapped].push_back(block);
-        bytes_.fetch_add(static_cast<int64_t>(mapped), std::memory_order_relaxed);
-        return;
-      }
-    }
-    ::munmap(block, mapped);
-  }
-
-  int64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
-
- private:
-  std::mutex mutex_;
-  std::map<size_t, std::vector<void*>> free_;
-  std::atomic<int64_t> bytes_{0};
+struct Header {
+  uint64_t tag;
+  uint64_t bytes;
 };
+static_assert(sizeof(Header) <= kHeader);
 
-ReuseCache reuse_cache;
-
-size_t mapped_size(size_t total) {
-  return (total + kPage - 1) / kPage * kPage;
+uint64_t tag_of(const void* data) {
+  return kTagKey ^ static_cast<uint64_t>(reinterpret_cast<uintptr_t>(data));
 }
+
+// Never destroyed: tensors that static objects hold are freed after every destructor ran.
+PagePool& pool() {
+  static PagePool* instance = new PagePool();
+  return *instance;
+}
+
+// The allocator install() replaced, whose raw blocks may still be freed through ours.
+std::atomic<c10::DeleterFnPtr> previous_deleter{nullptr};
 
 void add(int64_t bytes) {
   const int64_t now = live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   int64_t seen = peak.load(std::memory_order_relaxed);
   while (now > seen) {
     if (peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-      cached_at_peak.store(reuse_cache.bytes(), std::memory_order_relaxed);
+      cached_at_peak.store(pool().free_bytes(), std::memory_order_relaxed);
       break;
     }
   }
 }
 
+void release_foreign(void* data) {
+  if (c10::DeleterFnPtr deleter = previous_deleter.load(std::memory_order_relaxed)) {
+    deleter(data);
+  }
+}
+
 void release(void* data) {
   if (!data) return;
-  char* block = static_cast<char*>(data) - kHeader;
-  const size_t bytes = *reinterpret_cast<size_t*>(block);
-  live.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
-  const size_t total = bytes + kHeader;
-  if (total >= kMapFrom) {
-    ::munmap(block, total);
-  } else if (total >= kReuseFrom) {
-    reuse_cache.give(block, mapped_size(total));
-  } else {
-    from_malloc.fetch_sub(static_cast<int64_t>(::malloc_usable_size(block)),
-                          std::memory_order_relaxed);
-    std::free(block);
+  const uintptr_t address = reinterpret_cast<uintptr_t>(data);
+  if ((address & kPageMask) == 0) {
+    const size_t bytes = pool().give(data);
+    if (bytes == 0) return release_foreign(data);
+    live.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+    return;
   }
+  // A header in the same page as data, or none: this allocator's small blocks start at 64 or
+  // more bytes into a page, so reading 64 bytes before them never leaves the page.
+  if ((address & kPageMask) < kHeader) return release_foreign(data);
+  char* block = static_cast<char*>(data) - kHeader;
+  const Header header = *reinterpret_cast<const Header*>(block);
+  if (header.tag != tag_of(data)) return release_foreign(data);
+  live.fetch_sub(static_cast<int64_t>(header.bytes), std::memory_order_relaxed);
+  from_malloc.fetch_sub(static_cast<int64_t>(::malloc_usable_size(block)),
+                        std::memory_order_relaxed);
+  std::free(block);
 }
 
 c10::DataPtr allocate_counted(size_t bytes) {
   const c10::Device cpu(c10::DeviceType::CPU);
   if (bytes == 0) return {nullptr, nullptr, &release, cpu};
-  const size_t total = bytes + kHeader;
-  void* block = nullptr;
-  if (total >= kMapFrom) {
-    block = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (block == MAP_FAILED) {
-      block = nullptr;
-    } else if (total >= kHugePage) {
-      // Fresh mappings fault in page by page; with 4 KiB pages that cost GPT-2 small a
-      // quarter of its step time, with transparent huge pages nothing measurable.
-      ::madvise(block, total, MADV_HUGEPAGE);
-    }
-  } else if (total >= kReuseFrom) {
-    block = reuse_cache.take(mapped_size(total));
-  } else if (::posix_memalign(&block, kAlignment, total) == 0) {
-    from_malloc.fetch_add(static_cast<int64_t>(::malloc_usable_size(block)),
-                          std::memory_order_relaxed);
+  void* data = nullptr;
+  if (bytes >= kPoolFrom) {
+    data = pool().take(bytes);
   } else {
-    block = nullptr;
+    void* block = nullptr;
+    if (::posix_memalign(&block, kBlockAlignment, bytes + kHeader) == 0) {
+      from_malloc.fetch_add(static_cast<int64_t>(::malloc_usable_size(block)),
+                            std::memory_order_relaxed);
+      data = static_cast<char*>(block) + kHeader;
+      *static_cast<Header*>(block) = Header{tag_of(data), bytes};
+    }
   }
-  if (!block) throw std::bad_alloc();
-  *static_cast<size_t*>(block) = bytes;
+  if (!data) throw std::bad_alloc();
   add(static_cast<int64_t>(bytes));
-  void* data = static_cast<char*>(block) + kHeader;
   return {data, data, &release, cpu};
 }
 
@@ -167,7 +144,23 @@ int64_t status_kb(const char* field) {
 
 void install() {
   if (is_installed.exchange(true)) return;
+  if (c10::Allocator* before = c10::GetCPUAllocator()) {
+    previous_deleter.store(before->raw_deleter(), std::memory_order_relaxed);
+  }
   c10::SetCPUAllocator(&counting_allocator, /*priority=*/1);
+}
+
+void end_step() {
+  pool().end_step();
+}
+
+void release_cache() {
+  pool().release();
+}
+
+PoolCounts pool_counts() {
+  const PagePool::Counts c = pool().counts();
+  return {c.free_bytes, c.ceiling_bytes, c.fresh_bytes, c.moved_bytes};
 }
 
 int64_t tensor_bytes() {
@@ -180,11 +173,11 @@ int64_t peak_tensor_bytes() {
 
 void reset_peak() {
   peak.store(live.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  cached_at_peak.store(reuse_cache.bytes(), std::memory_order_relaxed);
+  cached_at_peak.store(pool().free_bytes(), std::memory_order_relaxed);
 }
 
 int64_t cached_bytes() {
-  return reuse_cache.bytes();
+  return pool().free_bytes();
 }
 
 int64_t cached_at_peak_bytes() {
@@ -211,6 +204,12 @@ int64_t peak_rss_bytes() {
 
 int64_t file_rss_bytes() {
   return status_kb("RssFile") * 1024;
+}
+
+int64_t minor_faults() {
+  struct rusage usage {};
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_minflt);
 }
 
 bool reset_peak_rss() {

@@ -10,31 +10,40 @@
 namespace mfsdp::host_memory {
 
 // Installs the counting CPU allocator (idempotent; call before the tensors you want counted
-// are made: tensors allocated earlier keep their own deleter and are never counted).
+// are made: tensors allocated earlier keep their own deleter and are never counted, and raw
+// blocks of the allocator it replaces, freed after, go back to that allocator).
 //
-// Large tensors (at least kMappedBytes) are mapped straight from the kernel (with transparent
-// huge pages where the kernel allows them) and unmapped when freed. glibc would map them too,
-// until the first free of one raised its dynamic mmap threshold (up to 32 MiB) and later ones
-// of that size came from its arenas, where freed gradients and activations stayed resident as
-// fragments between steps (~500 MiB per rank at GPT-2 small, bench/README.md).
-//
-// Mid-size tensors (at least kReusedBytes, less than kMappedBytes) are mapped too, and kept
-// when freed for the next tensor of the same page-rounded size, up to kCachedLimit bytes
-// (beyond that a freed block is unmapped): a training step asks for the sizes the step
-// before it freed, so they are reused without a system call or a page fault, and they do
-// not fragment glibc's heap between the small objects around them. Smaller tensors come
-// from malloc.
+// Tensors of kPooledBytes or more come from a PagePool (page_pool.h): page-aligned blocks
+// whose pages are kept when freed and handed to the next requests whatever their sizes, up to
+// the high-water mark of live pooled bytes, so a step neither faults its pages in again nor
+// holds more at its peak than its tensors. glibc kept such blocks in its arenas, where freed
+// gradients and activations stayed resident as fragments between steps (~500 MiB per rank at
+// GPT-2 small, bench/README.md); mapping each one fresh (until 0ac1070) zero-filled them
+// again on every step. Smaller tensors come from malloc.
 void install();
-constexpr int64_t kMappedBytes = int64_t{1} << 20;
-constexpr int64_t kReusedBytes = int64_t{128} << 10;
-constexpr int64_t kCachedLimit = int64_t{256} << 20;
+constexpr int64_t kPooledBytes = int64_t{128} << 10;
+
+// A training step ended: the pool unmaps pages it has not handed out again for
+// PagePool::kStaleSteps steps.
+void end_step();
+// Unmaps every page the pool keeps and restarts its high-water mark from the tensors alive
+// now (after set-up, whose peak training should not inherit, and at the end of training).
+void release_cache();
+
+struct PoolCounts {
+  int64_t free_bytes = 0;     // resident pages the pool keeps for later tensors
+  int64_t ceiling_bytes = 0;  // the high-water mark live + free stays within
+  int64_t fresh_bytes = 0;    // bytes ever mapped fresh, each page faulted in on first use
+  int64_t reused_bytes = 0;   // bytes ever handed out again from kept pages
+};
+PoolCounts pool_counts();
 
 // Bytes of CPU tensors alive now, and the most alive at once since the last reset_peak().
 int64_t tensor_bytes();
 int64_t peak_tensor_bytes();
 void reset_peak();  // the peak restarts from what is alive now
 
-// Bytes of freed mid-size blocks kept for reuse now, and when tensor_bytes() last reached
+// Bytes of the pages the pool keeps for reuse now, and when tensor_bytes() last reached
 // peak_tensor_bytes(): resident memory that belongs to no tensor.
 int64_t cached_bytes();
 int64_t cached_at_peak_bytes();
@@ -51,6 +60,9 @@ int64_t peak_rss_bytes();
 // The part of the resident set backed by files (RssFile): the code and read-only data of the
 // program and its libraries that have been paged in.
 int64_t file_rss_bytes();
+// Minor page faults of the process so far (getrusage): each is a page touched for the first
+// time since it was mapped, which the kernel zero-fills.
+int64_t minor_faults();
 // Restarts the high-water mark from the current RSS (/proc/self/clear_refs); false when the
 // kernel does not allow it.
 bool reset_peak_rss();

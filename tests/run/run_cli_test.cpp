@@ -193,11 +193,12 @@ TEST(RunCli, TwoRanksTrainLikeOneProcessOnTheGlobalBatch) {
       continue;
     }
     ++lines_per_rank[rank];
-    for (const char* field :
-         {"step", "loss", "rank_loss", "lr", "grad_norm", "step_ms", "exposed_comm_ms",
-          "samples_per_s", "peak_unsharded_bytes", "rss_bytes", "time"}) {
+    for (const char* field : {"step", "loss", "rank_loss", "lr", "grad_norm", "step_ms",
+                              "exposed_comm_ms", "samples_per_s", "peak_unsharded_bytes",
+                              "rss_bytes", "tensor_bytes", "page_faults", "time"}) {
       EXPECT_TRUE(j.contains(field)) << field << " missing in " << j.dump();
     }
+    EXPECT_GE(j.value("page_faults", int64_t{-1}), 0) << j.dump();
     if (rank == 0) losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
   }
   EXPECT_EQ(lines_per_rank[0], 6);

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <torch/torch.h>
 
 #include "executor/runtime/context.h"
@@ -43,34 +45,53 @@ TEST(HostMemory, CountsLiveAndPeakBytesOfSmallAndMappedTensors) {
   EXPECT_EQ(host_memory::peak_tensor_bytes(), host_memory::tensor_bytes());
 }
 
-// A step asks for the sizes the one before it freed: a freed mid-size block is kept and the
-// next tensor of its size gets it back, so no system call, no page fault and no hole in
-// malloc's heap.
-TEST(HostMemory, ReusesAFreedMidSizeBlockForTheNextTensorOfItsSize) {
+// A step asks for the sizes the one before it freed, though not always in the same order or
+// cut the same way: freed pooled pages serve the next tensors whatever their sizes, so no
+// system call maps new pages and none is faulted in again.
+TEST(HostMemory, FreedPagesServeTheNextTensorsOfAnySize) {
   host_memory::install();
-  const int64_t numel = 64 * 1024;  // 256 KiB: between kReusedBytes and kMappedBytes
-  static_assert(64 * 1024 * 4 >= host_memory::kReusedBytes &&
-                64 * 1024 * 4 < host_memory::kMappedBytes);
   const int64_t tensors = host_memory::tensor_bytes();
-  const void* first = nullptr;
-  int64_t cached_after_free = 0;
   {
-    at::Tensor a = torch::full({numel}, 3.0f);
-    first = a.data_ptr();
-    EXPECT_EQ(host_memory::tensor_bytes() - tensors, numel * 4);
-    const int64_t cached_before_free = host_memory::cached_bytes();
-    a.reset();
-    cached_after_free = host_memory::cached_bytes();
-    EXPECT_GE(cached_after_free - cached_before_free, numel * 4);
+    at::Tensor a = torch::full({kMiB}, 3.0f);       // 4 MiB
+    at::Tensor b = torch::full({64 * 1024}, 3.0f);  // 256 KiB
+    EXPECT_EQ(host_memory::tensor_bytes() - tensors, 4 * kMiB + 256 * 1024);
   }
   EXPECT_EQ(host_memory::tensor_bytes(), tensors);
-  at::Tensor b = torch::full({numel}, 5.0f);
-  EXPECT_EQ(b.data_ptr(), first);
-  EXPECT_LT(host_memory::cached_bytes(), cached_after_free);
-  EXPECT_EQ(b.sum().item<double>(), 5.0 * static_cast<double>(numel));
-  // A tensor of another size does not take it.
-  at::Tensor c = torch::full({numel + 4096}, 1.0f);
-  EXPECT_NE(c.data_ptr(), first);
+  const host_memory::PoolCounts kept = host_memory::pool_counts();
+  EXPECT_GE(kept.free_bytes, 4 * kMiB + 256 * 1024);
+  {
+    // Other sizes, within what was freed: one larger than either block alone.
+    at::Tensor c = torch::full({kMiB + 16 * 1024}, 5.0f);
+    at::Tensor d = torch::full({40 * 1024}, 7.0f);
+    const host_memory::PoolCounts served = host_memory::pool_counts();
+    EXPECT_EQ(served.fresh_bytes, kept.fresh_bytes);
+    EXPECT_GE(served.reused_bytes - kept.reused_bytes, (kMiB + 16 * 1024 + 40 * 1024) * 4);
+    EXPECT_LE(served.free_bytes + host_memory::tensor_bytes() - tensors, served.ceiling_bytes);
+    EXPECT_EQ(c.sum().item<double>(), 5.0 * static_cast<double>(kMiB + 16 * 1024));
+    EXPECT_EQ(d.sum().item<double>(), 7.0 * 40 * 1024);
+  }
+  EXPECT_EQ(host_memory::tensor_bytes(), tensors);
+  host_memory::release_cache();
+  EXPECT_EQ(host_memory::pool_counts().free_bytes, 0);
+  EXPECT_EQ(host_memory::cached_bytes(), 0);
+}
+
+// A raw block of the allocator the counting one replaced, freed through the counting one (a
+// library that kept the old raw_deleter's pointer, or a block made before install()), goes
+// back to its own allocator: neither counted nor mistaken for a pooled or a malloc'd block.
+TEST(HostMemory, HandsAForeignRawBlockBackToItsOwnAllocator) {
+  host_memory::install();
+  const int64_t tensors = host_memory::tensor_bytes();
+  const host_memory::PoolCounts pool = host_memory::pool_counts();
+  for (const size_t bytes : {size_t{4096}, size_t{1} << 20, size_t{8} << 20}) {
+    void* foreign = c10::alloc_cpu(bytes);  // LibTorch's own CPU block, 64-byte aligned
+    ASSERT_NE(foreign, nullptr);
+    static_cast<char*>(foreign)[bytes - 1] = 1;
+    at::DataPtr ours = c10::GetCPUAllocator()->allocate(64);
+    ours.get_deleter()(foreign);  // the counting allocator's raw deleter
+  }
+  EXPECT_EQ(host_memory::tensor_bytes(), tensors);
+  EXPECT_EQ(host_memory::pool_counts().fresh_bytes, pool.fresh_bytes);
 }
 
 // malloc's bytes for objects leave out the blocks of small tensors, and count other buffers.

@@ -18,4 +18,8 @@ struct RunResult {
 RunResult run_program(const std::string& program, const std::vector<std::string>& args,
                       const std::string& cwd = "");
 
+// A TCP port on 127.0.0.1 that was free a moment ago (whoever binds it next checks again).
+// Throws std::runtime_error when no socket can be bound.
+int free_port();
+
 }  // namespace mfsdp::testing

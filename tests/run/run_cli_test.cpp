@@ -153,19 +153,6 @@ std::map<std::string, at::Tensor> saved_parameters(const std::string& path) {
   return out;
 }
 
-// A TCP port that was free a moment ago (node 0's launcher checks it again).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof address;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), size), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size), 0);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
 double relative_difference(const at::Tensor& a, const at::Tensor& b) {
   const double scale = std::max(b.abs().max().item<double>(), 1e-12);
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / scale;

@@ -13,6 +13,7 @@
 #include "executor/comm/rendezvous.h"
 #include "executor/runtime/cpu_stream.h"
 #include "schema/error.h"
+#include "tests/cli/subprocess.h"
 #include "tests/executor/parity/rank_processes.h"
 
 namespace mfsdp::executor {

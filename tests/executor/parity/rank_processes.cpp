@@ -1,11 +1,5 @@
 #include "tests/executor/parity/rank_processes.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <stdexcept>
-
 #include "executor/launch/process.h"
 
 namespace mfsdp::testing {
@@ -49,23 +43,6 @@ std::vector<RankResult> run_ranks(const RankLaunch& launch) {
     }
   }
   return results;
-}
-
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("socket failed");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof address;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    close(fd);
-    throw std::runtime_error("cannot bind a free port");
-  }
-  close(fd);
-  return ntohs(address.sin_port);
 }
 
 std::string describe(const std::vector<RankResult>& results) {

@@ -36,7 +36,4 @@ std::vector<RankResult> run_ranks(const RankLaunch& launch);
 // Every rank's exit code, signal (if any), stdout and stderr, for a failed expectation.
 std::string describe(const std::vector<RankResult>& results);
 
-// A TCP port that was free a moment ago (bound to port 0, then closed).
-int free_port();
-
 }  // namespace mfsdp::testing

@@ -75,7 +75,7 @@ std::string one_rank_plan(const GpuCase& c, const std::string& name) {
   policy.unified_stream = c.unified_stream;
   planner::ShardingScope scope(model, {1, 1, 1}, policy);
   for (const std::string& unit : c.units) {
-    scope.fully_shard(unit, {c.checkpoint_blocks && unit != "<root>"});
+    scope.fully_shard(unit, {c.checkpoint_blocks && unit != "<root>", std::nullopt});
   }
   const std::string path = dir + "/plan.json";
   schema::write_file_atomically(path, schema::dump_plan(scope.finalize()));

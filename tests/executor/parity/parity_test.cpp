@@ -74,7 +74,7 @@ std::string write_plan(const ParityCase& c, const ParityOptions& o, const std::s
   for (const auto& u : c.units) {
     const bool checkpoint =
         std::find(o.checkpoint.begin(), o.checkpoint.end(), u) != o.checkpoint.end();
-    scope.fully_shard(u, {checkpoint});
+    scope.fully_shard(u, {checkpoint, std::nullopt});
     paths.push_back(u == "<root>" ? "" : u);
     checkpointed.push_back(checkpoint);
   }

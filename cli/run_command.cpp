@@ -41,8 +41,20 @@ struct RunFlags {
   std::string betas;
   double clip_grad_norm = 0;
   double collective_timeout_s = 1800;
+  std::string progress = "auto";
   LauncherFlags launcher;
 };
+
+// Whether rank 0 redraws its status line in place ('\r', ESC[K) between logged lines. `auto`
+// does only when mfsdp's own launcher writes to a terminal (it says so in
+// MFSDP_LIVE_PROGRESS): a worker of torchrun, mpirun or srun prints plain lines even when its
+// stdout is a pty (Open MPI gives workers one), since those launchers merge the ranks' output
+// into pipes and logs.
+bool redraws_progress(const std::string& progress, bool own_launcher_on_terminal) {
+  if (progress == "bar") return true;
+  if (progress == "lines") return false;
+  return own_launcher_on_terminal;
+}
 
 const char* kExamples = R"(
 Examples:
@@ -319,7 +331,8 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   if (join_as_rank(launcher)) {
     executor::TrainConfig config = resolve(flags, cmd, load_plan(flags.plan));
     const char* live = std::getenv("MFSDP_LIVE_PROGRESS");
-    config.live_progress = live ? std::string(live) == "1" : isatty(STDOUT_FILENO) == 1;
+    config.live_progress =
+        redraws_progress(flags.progress, live != nullptr && std::string(live) == "1");
     executor::train(config, executor::LaunchEnv::from_environment(), std::cout);
     return;
   }
@@ -465,6 +478,12 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   whole("--trace-steps", "Steps to trace, from the second, 1 to " + kInt32Max + " (default 3)")
       ->group(outputs);
   whole("--log-every", "Print a progress line every N steps (default 10)")->group(outputs);
+  cmd->add_option("--progress", flags->progress,
+                  "Between logged lines, redraw a status line in place: auto (default: when "
+                  "mfsdp's own launcher writes to a terminal; never under torchrun, mpirun or "
+                  "srun, nor into a pipe or file), bar (always) or lines (never)")
+      ->check(CLI::IsMember({"auto", "bar", "lines"}))
+      ->group(outputs);
   cmd->add_flag("--verbose", t.verbose,
                 "When the model fails on the first batch (exit 2), also print its TorchScript "
                 "traceback")

@@ -1,12 +1,14 @@
 // The run's rendezvous secret: made up by the launcher, or given by the user for launches the
 // launcher does not make (several nodes, torchrun, srun, mpirun). See docs/launch.md#security.
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <string>
 
 #include "executor/comm/launch_env.h"
 #include "executor/comm/store_wire.h"
@@ -26,21 +28,47 @@ std::string checked(std::string secret, const std::string& source) {
   return secret;
 }
 
+// Opened without following a symbolic link as its last component, then checked on the open
+// descriptor (so what is checked is what is read): a regular file of this user that no one
+// else may read.
 std::string read_secret_file(const std::string& path) {
   const std::string source = "MFSDP_RDZV_SECRET_FILE=" + path;
-  struct stat info {};
-  if (stat(path.c_str(), &info) != 0) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      fail(ExitCode::kUsage, source +
+                                 " is a symbolic link; point MFSDP_RDZV_SECRET_FILE at the "
+                                 "file itself");
+    }
     fail(ExitCode::kUsage, source + ": " + std::strerror(errno));
   }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) fail(ExitCode::kUsage, source + ": " + std::strerror(errno));
   if (!S_ISREG(info.st_mode)) fail(ExitCode::kUsage, source + " is not a regular file");
+  if (info.st_uid != ::geteuid()) {
+    fail(ExitCode::kUsage, source + " belongs to user " + std::to_string(info.st_uid) +
+                               ", not to this user (" + std::to_string(::geteuid()) +
+                               "); use a secret file of your own");
+  }
   if ((info.st_mode & 077) != 0) {
     fail(ExitCode::kUsage,
          source + " may be read by other users; make it private with chmod 600 " + path);
   }
-  std::ifstream in(path, std::ios::binary);
-  std::string line;
-  if (!in || !std::getline(in, line))
-    fail(ExitCode::kUsage, source + " cannot be read or is empty");
+  std::string content;
+  char buffer[4096];
+  while (content.size() < 65536) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(ExitCode::kUsage, source + " cannot be read: " + std::strerror(errno));
+    if (n == 0) break;
+    content.append(buffer, static_cast<size_t>(n));
+  }
+  std::string line = content.substr(0, content.find('\n'));
+  if (line.empty()) fail(ExitCode::kUsage, source + " cannot be read or is empty");
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) {
     line.pop_back();
   }

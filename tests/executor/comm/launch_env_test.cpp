@@ -1,4 +1,5 @@
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -167,6 +168,56 @@ TEST_F(LaunchEnvTest, ReadsTheSecretFromAFileOnlyItsOwnerCanRead) {
                 " may be read by other users; make it private with chmod 600 " + path);
   chmod(path.c_str(), 0600);
   EXPECT_EQ(LaunchEnv::from_environment().secret, "a secret from a file, long enough");
+  std::remove(path.c_str());
+}
+
+TEST_F(LaunchEnvTest, RefusesASecretFileThatIsALinkOrNotARegularFile) {
+  unsetenv("MFSDP_RDZV_SECRET");
+  const std::string path = ::testing::TempDir() + "launch_env_secret_target";
+  const std::string link = ::testing::TempDir() + "launch_env_secret_link";
+  const std::string fifo = ::testing::TempDir() + "launch_env_secret_fifo";
+  std::remove(path.c_str());
+  std::remove(link.c_str());
+  std::remove(fifo.c_str());
+  {
+    std::ofstream out(path);
+    out << "a secret from a file, long enough\n";
+  }
+  chmod(path.c_str(), 0600);
+  ASSERT_EQ(symlink(path.c_str(), link.c_str()), 0);
+  // A link is refused even to a private file of this user: whoever can replace the link
+  // chooses the secret.
+  set("MFSDP_RDZV_SECRET_FILE", link.c_str());
+  EXPECT_EQ(error_of_from_environment(ExitCode::kUsage),
+            "MFSDP_RDZV_SECRET_FILE=" + link +
+                " is a symbolic link; point MFSDP_RDZV_SECRET_FILE at the file itself");
+
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  set("MFSDP_RDZV_SECRET_FILE", fifo.c_str());  // opened without blocking, then refused
+  EXPECT_EQ(error_of_from_environment(ExitCode::kUsage),
+            "MFSDP_RDZV_SECRET_FILE=" + fifo + " is not a regular file");
+
+  set("MFSDP_RDZV_SECRET_FILE", path.c_str());
+  EXPECT_EQ(LaunchEnv::from_environment().secret, "a secret from a file, long enough");
+  std::remove(path.c_str());
+  std::remove(link.c_str());
+  std::remove(fifo.c_str());
+}
+
+TEST_F(LaunchEnvTest, RefusesASecretFileOfAnotherUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "giving a file to another user needs root";
+  unsetenv("MFSDP_RDZV_SECRET");
+  const std::string path = ::testing::TempDir() + "launch_env_secret_given_away";
+  {
+    std::ofstream out(path);
+    out << "a secret from a file, long enough\n";
+  }
+  chmod(path.c_str(), 0600);
+  ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0);
+  set("MFSDP_RDZV_SECRET_FILE", path.c_str());
+  EXPECT_EQ(error_of_from_environment(ExitCode::kUsage),
+            "MFSDP_RDZV_SECRET_FILE=" + path +
+                " belongs to user 65534, not to this user (0); use a secret file of your own");
   std::remove(path.c_str());
 }
 

@@ -471,6 +471,33 @@ TEST(Launcher, LogFileThatIsASymlinkIsRefusedAndItsTargetLeftAlone) {
   EXPECT_FALSE(has_children());
 }
 
+TEST(Launcher, LogDirThatIsASymlinkIsRefusedAndLogsArePrivate) {
+  const std::filesystem::path dir = scratch_dir("symlinked_log_dir");
+  std::filesystem::create_directories(dir / "real");
+  std::filesystem::create_directory_symlink(dir / "real", dir / "link");
+  LaunchOptions options = worker_options({"out=1"});
+  options.master_port = 0;
+  options.log_dir = (dir / "link").string();
+  try {
+    launch::launch(options);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kIo);
+    EXPECT_EQ(std::string(e.what()),
+              "--log-dir " + options.log_dir +
+                  " is a symbolic link, and logs are not written through links; give the "
+                  "directory it points to");
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "real" / "rank-0.log"));
+  EXPECT_FALSE(has_children());
+
+  options.log_dir = (dir / "real").string();
+  EXPECT_EQ(launch::launch(options), 0);
+  const auto permissions = std::filesystem::status(dir / "real" / "rank-0.log").permissions();
+  EXPECT_EQ(permissions & (std::filesystem::perms::group_all | std::filesystem::perms::others_all),
+            std::filesystem::perms::none);
+}
+
 TEST(Launcher, UnwritableLogDirIsAnIoError) {
   const std::filesystem::path file = scratch_dir("unwritable") / "a-file";
   std::ofstream(file) << "not a directory";

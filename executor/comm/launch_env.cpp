@@ -76,6 +76,21 @@ LaunchEnv LaunchEnv::from_environment() {
       fail(ExitCode::kRuntime, "MFSDP_AGENT_STORE='" + *text + "' must be 0 or 1");
     }
   }
+  // torchrun writes Python's str(bool).
+  if (std::optional<std::string> text = read_variable("TORCHELASTIC_USE_AGENT_STORE")) {
+    if (*text == "True" || *text == "true" || *text == "1") {
+      env.torchrun_store = true;
+    } else if (!(*text == "False" || *text == "false" || *text == "0" || text->empty())) {
+      fail(ExitCode::kRuntime,
+           "TORCHELASTIC_USE_AGENT_STORE='" + *text + "' must be True or False");
+    }
+  }
+  if (std::optional<std::string> text = read_variable("TORCHELASTIC_RUN_ID")) {
+    env.torchrun_run_id = *text;
+  }
+  if (std::optional<std::string> text = read_variable("TORCHELASTIC_RESTART_COUNT")) {
+    env.restart_count = parse_int("TORCHELASTIC_RESTART_COUNT", *text, 0, kMaxInt);
+  }
   if (std::optional<std::string> text = read_variable("MFSDP_RDZV_BIND")) env.bind_addr = *text;
 
   // A rank alone needs no secret from anyone: its store admits only itself.

@@ -17,6 +17,7 @@
 #include "executor/comm/gloo_store.h"
 #include "executor/comm/outbound_address.h"
 #include "executor/comm/store.h"
+#include "executor/comm/torchrun_store.h"
 #include "schema/error.h"
 
 namespace mfsdp::executor {
@@ -67,7 +68,9 @@ struct Rendezvous::Impl {
   std::map<std::string, int> exchange_rounds;  // a key may be exchanged more than once
   std::set<std::string> communicator_names;
 
-  std::string where() const { return env.master_addr + ":" + std::to_string(env.master_port); }
+  std::string store_address;  // host:port of the store the ranks meet in
+
+  std::string where() const { return store_address; }
 
   [[noreturn]] void fail_step(const std::string& what, const std::string& reason) const {
     fail(ExitCode::kRuntime, "rank " + std::to_string(env.rank) + ": " + what +
@@ -128,25 +131,82 @@ Rendezvous::Rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout)
   impl_->env = env;
   impl_->timeout = timeout;
   impl_->hosting = !env.agent_store && env.rank == 0;
+  // Under torchrun, its agent's store (unauthenticated) carries one thing: where rank 0's own
+  // store listens. Everything else goes through that store, behind the secret.
+  const bool via_torchrun = env.torchrun_store && !env.agent_store;
+  const std::string rank_name = "rank " + std::to_string(env.rank);
+  std::unique_ptr<TorchrunStore> torchrun;
+  const std::string address_key = "mfsdp/" + env.torchrun_run_id + "/attempt_" +
+                                  std::to_string(env.restart_count) + "/store_address";
+  if (via_torchrun) {
+    try {
+      torchrun = std::make_unique<TorchrunStore>(env.master_addr, env.master_port, timeout);
+    } catch (const StoreError& e) {
+      fail(ExitCode::kRuntime, rank_name + ": " + e.what() +
+                                   " (TORCHELASTIC_USE_AGENT_STORE=True: is torchrun's agent "
+                                   "running, and MASTER_ADDR:MASTER_PORT its store?)");
+    }
+  }
 
   // Rank 0 listens where the user said (MFSDP_RDZV_BIND), else on the address the other ranks
-  // are told to reach (MASTER_ADDR): loopback for a single-node run, never every interface
-  // unless asked to.
-  const std::string bind = env.bind_addr.empty() ? env.master_addr : env.bind_addr;
+  // are told to reach (MASTER_ADDR, or under torchrun this host's address on the route to it):
+  // loopback for a single-node run, never every interface unless asked to.
   std::string connect_to = env.master_addr;
+  int port = env.master_port;
   if (impl_->hosting) {
-    try {
-      impl_->server = std::make_unique<StoreServer>(bind, env.master_port, env.secret);
-    } catch (const StoreError& e) {
-      fail(ExitCode::kRuntime, "rank 0: cannot host the rendezvous store: " +
-                                   std::string(e.what()) + "; is MASTER_PORT in use?");
+    std::string bind = env.bind_addr;
+    if (bind.empty()) {
+      bind = via_torchrun ? outbound_address(env.master_addr, env.master_port) : env.master_addr;
     }
-    if (!every_interface(bind)) connect_to = bind;
+    try {
+      // Under torchrun MASTER_PORT is the agent's: rank 0's store takes any free port.
+      impl_->server =
+          std::make_unique<StoreServer>(bind, via_torchrun ? 0 : env.master_port, env.secret);
+    } catch (const StoreError& e) {
+      fail(ExitCode::kRuntime,
+           "rank 0: cannot host the rendezvous store: " + std::string(e.what()) +
+               (via_torchrun ? "" : "; is MASTER_PORT in use?"));
+    }
+    if (!every_interface(bind)) {
+      connect_to = bind;
+    } else if (via_torchrun) {
+      connect_to = outbound_address(env.master_addr, env.master_port);
+    }
+    port = impl_->server->port();
+    if (via_torchrun) {
+      try {
+        torchrun->set(address_key, connect_to + " " + std::to_string(port));
+      } catch (const StoreError& e) {
+        fail(ExitCode::kRuntime,
+             "rank 0: cannot publish its store's address: " + std::string(e.what()));
+      }
+    }
+  } else if (via_torchrun) {
+    std::string published;
+    try {
+      published = torchrun->get(address_key, timeout);
+    } catch (const StoreError& e) {
+      fail(ExitCode::kRuntime,
+           rank_name + ": rank 0's store address: " + e.what() + "; is rank 0 running?");
+    }
+    const size_t space = published.rfind(' ');
+    int published_port = 0;
+    if (space != std::string::npos) {
+      published_port = std::atoi(published.c_str() + space + 1);
+      connect_to = published.substr(0, space);
+    }
+    if (space == std::string::npos || published_port < 1 || published_port > 65535) {
+      fail(ExitCode::kRuntime, rank_name + ": torchrun's store at " + torchrun->address() +
+                                   " holds '" + published + "' under " + address_key +
+                                   ", not an address and port; another program wrote it");
+    }
+    port = published_port;
   }
+  impl_->store_address = connect_to + ":" + std::to_string(port);
   try {
-    impl_->store = std::make_unique<StoreClient>(connect_to, env.master_port, env.secret, timeout);
+    impl_->store = std::make_unique<StoreClient>(connect_to, port, env.secret, timeout);
   } catch (const StoreError& e) {
-    fail(ExitCode::kRuntime, "rank " + std::to_string(env.rank) + ": " + e.what() +
+    fail(ExitCode::kRuntime, rank_name + ": " + e.what() +
                                  (impl_->hosting ? "" : "; is rank 0 (or the launcher) running?"));
   }
   impl_->exchange("mfsdp/join", "", "joining the other ranks");

@@ -2,7 +2,9 @@
 // Meeting the other ranks: torchrun's environment contract and mfsdp's rendezvous store
 // (store.h), which admits only processes that prove the run's shared secret. Rank 0 hosts the
 // store unless the launcher hosts it (MFSDP_AGENT_STORE=1, as torchrun's agent does), in which
-// case every rank connects as a client. Every communicator is created through one Rendezvous,
+// case every rank connects as a client. Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) rank 0
+// hosts it on a free port and publishes that address in the agent's c10d store
+// (torchrun_store.h). Every communicator is created through one Rendezvous,
 // with its own key prefix, so several can be created in any order.
 
 #include <chrono>

@@ -1,19 +1,13 @@
 // StoreClient: one blocking connection, one request at a time (a mutex keeps threads apart),
 // every read and write held to a deadline so that a silent store fails instead of hanging.
 
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <mutex>
 #include <thread>
 #include <utility>
 
 #include "executor/comm/store.h"
+#include "executor/comm/store_connection.h"
 #include "executor/comm/store_wire.h"
 
 namespace mfsdp::executor {
@@ -29,12 +23,6 @@ std::string milliseconds_text(std::chrono::milliseconds ms) {
   return std::to_string(std::max<long long>(ms.count(), 0));
 }
 
-// The peer closed or reset the connection (the store's host exited, or refused us).
-class Hangup : public StoreError {
- public:
-  using StoreError::StoreError;
-};
-
 }  // namespace
 
 struct StoreClient::Impl {
@@ -43,88 +31,21 @@ struct StoreClient::Impl {
   std::string where;
   std::string secret;
   std::chrono::milliseconds timeout;
-  int fd = -1;
+  std::unique_ptr<StoreConnection> connection;
   std::mutex mutex;
 
-  ~Impl() { drop(); }
-
-  void drop() {
-    if (fd >= 0) close(fd);
-    fd = -1;
-  }
-
-  void wait_for(short events, Clock::time_point deadline, const std::string& what) {
-    for (;;) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) {
-        throw StoreError("the rendezvous store at " + where + " did not answer " + what +
-                         " in time");
-      }
-      pollfd p{fd, events, 0};
-      const int n = poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
-      if (n > 0) return;
-      if (n < 0 && errno != EINTR) {
-        throw StoreError("waiting on the rendezvous store at " + where +
-                         " failed: " + std::strerror(errno));
-      }
-    }
-  }
-
-  void send_all(const std::string& bytes, Clock::time_point deadline, const std::string& what) {
-    size_t sent = 0;
-    while (sent < bytes.size()) {
-      const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n > 0) {
-        sent += static_cast<size_t>(n);
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        wait_for(POLLOUT, deadline, what);
-      } else if (n < 0 && errno != EINTR) {
-        throw Hangup("lost the rendezvous store at " + where + " (" + std::strerror(errno) +
-                     "); its host, rank 0 or the launcher, has probably exited");
-      }
-    }
-  }
+  void drop() { connection->close(); }
 
   std::string receive_exactly(size_t count, Clock::time_point deadline, const std::string& what) {
-    std::string bytes(count, '\0');
-    size_t got = 0;
-    while (got < count) {
-      const ssize_t n = recv(fd, bytes.data() + got, count - got, MSG_DONTWAIT);
-      if (n > 0) {
-        got += static_cast<size_t>(n);
-      } else if (n == 0) {
-        throw Hangup("the rendezvous store at " + where +
-                     " closed the connection; its host, rank 0 or the launcher, has probably "
-                     "exited");
-      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        wait_for(POLLIN, deadline, what);
-      } else if (errno != EINTR) {
-        throw Hangup("lost the rendezvous store at " + where + " (" + std::strerror(errno) + ")");
-      }
-    }
-    return bytes;
+    return connection->receive_exactly(count, deadline, what);
+  }
+  void send_all(const std::string& bytes, Clock::time_point deadline, const std::string& what) {
+    connection->send_all(bytes, deadline, what);
   }
 
-  // One attempt: connect and authenticate. Hangup when nothing (or nothing yet) listens.
+  // One attempt: connect and authenticate. StoreHangup when nothing (or nothing yet) listens.
   void connect_once(Clock::time_point deadline) {
-    const wire::Addresses addresses = wire::resolve(host, port, false);
-    std::string last_error = "no address";
-    for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
-      const int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-      if (s < 0) {
-        last_error = std::strerror(errno);
-        continue;
-      }
-      if (connect(s, a->ai_addr, a->ai_addrlen) == 0) {
-        fd = s;
-        break;
-      }
-      last_error = std::strerror(errno);
-      close(s);
-    }
-    if (fd < 0) throw Hangup(last_error);
-
+    connection->connect(host, port);
     const wire::GreetingCheck greeting =
         wire::check_greeting(receive_exactly(wire::kGreetingBytes, deadline, "its greeting"));
     if (greeting.verdict == wire::GreetingCheck::kNotAStore) {
@@ -141,7 +62,7 @@ struct StoreClient::Impl {
     std::string verdict;
     try {
       verdict = receive_exactly(1, deadline, "the handshake");
-    } catch (const Hangup&) {
+    } catch (const StoreHangup&) {
       verdict = std::string(1, static_cast<char>(wire::kRefused));
     }
     if (static_cast<uint8_t>(verdict[0]) != wire::kAccepted) {
@@ -163,7 +84,7 @@ struct StoreClient::Impl {
       try {
         connect_once(deadline);
         return;
-      } catch (const Hangup& e) {
+      } catch (const StoreHangup& e) {
         last_error = e.what();  // nothing listens yet, or the store went away mid-handshake
       } catch (const StoreError&) {
         drop();
@@ -181,7 +102,7 @@ struct StoreClient::Impl {
   wire::Frame request(wire::Op op, const std::vector<std::string>& fields,
                       Clock::time_point deadline, const std::string& what) {
     std::lock_guard<std::mutex> lock(mutex);
-    if (fd < 0)
+    if (!connection->is_open())
       throw StoreError("the connection to the rendezvous store at " + where + " is closed");
     try {
       send_all(wire::encode(static_cast<uint8_t>(op), fields), deadline, what);
@@ -212,6 +133,9 @@ StoreClient::StoreClient(const std::string& host, int port, std::string secret,
   impl_->host = host;
   impl_->port = port;
   impl_->where = host + ":" + std::to_string(port);
+  impl_->connection =
+      std::make_unique<StoreConnection>("the rendezvous store at " + impl_->where,
+                                        "its host, rank 0 or the launcher, has probably exited");
   impl_->secret = std::move(secret);
   impl_->timeout = timeout;
   impl_->connect_until(Clock::now() + timeout);

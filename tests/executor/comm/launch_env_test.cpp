@@ -19,11 +19,19 @@ namespace {
 // Sets the launch variables for one test and restores the process environment afterwards.
 class LaunchEnvTest : public ::testing::Test {
  protected:
-  static constexpr const char* kNames[] = {
-      "MASTER_ADDR",       "MASTER_PORT",       "RANK",
-      "WORLD_SIZE",        "LOCAL_RANK",        "LOCAL_WORLD_SIZE",
-      "MFSDP_AGENT_STORE", "MFSDP_RDZV_SECRET", "MFSDP_RDZV_SECRET_FILE",
-      "MFSDP_RDZV_BIND"};
+  static constexpr const char* kNames[] = {"MASTER_ADDR",
+                                           "MASTER_PORT",
+                                           "RANK",
+                                           "WORLD_SIZE",
+                                           "LOCAL_RANK",
+                                           "LOCAL_WORLD_SIZE",
+                                           "MFSDP_AGENT_STORE",
+                                           "MFSDP_RDZV_SECRET",
+                                           "MFSDP_RDZV_SECRET_FILE",
+                                           "MFSDP_RDZV_BIND",
+                                           "TORCHELASTIC_USE_AGENT_STORE",
+                                           "TORCHELASTIC_RUN_ID",
+                                           "TORCHELASTIC_RESTART_COUNT"};
 
   void SetUp() override {
     for (const char* name : kNames) {
@@ -123,6 +131,30 @@ TEST_F(LaunchEnvTest, RejectsOutOfRangeValues) {
 TEST_F(LaunchEnvTest, RejectsAgentStoreFlagOtherThanZeroOrOne) {
   set("MFSDP_AGENT_STORE", "yes");
   EXPECT_EQ(error_of_from_environment(), "MFSDP_AGENT_STORE='yes' must be 0 or 1");
+}
+
+TEST_F(LaunchEnvTest, ReadsTorchrunsAgentStoreRunIdAndRestartCount) {
+  EXPECT_FALSE(LaunchEnv::from_environment().torchrun_store);
+  set("TORCHELASTIC_USE_AGENT_STORE", "True");  // Python's str(True), as torchrun writes it
+  set("TORCHELASTIC_RUN_ID", "job-42");
+  set("TORCHELASTIC_RESTART_COUNT", "3");
+  const LaunchEnv env = LaunchEnv::from_environment();
+  EXPECT_TRUE(env.torchrun_store);
+  EXPECT_FALSE(env.agent_store);
+  EXPECT_EQ(env.torchrun_run_id, "job-42");
+  EXPECT_EQ(env.restart_count, 3);
+  set("TORCHELASTIC_USE_AGENT_STORE", "False");  // torch 1.13's c10d rendezvous
+  EXPECT_FALSE(LaunchEnv::from_environment().torchrun_store);
+}
+
+TEST_F(LaunchEnvTest, RejectsMalformedTorchrunVariables) {
+  set("TORCHELASTIC_USE_AGENT_STORE", "yes");
+  EXPECT_EQ(error_of_from_environment(),
+            "TORCHELASTIC_USE_AGENT_STORE='yes' must be True or False");
+  set("TORCHELASTIC_USE_AGENT_STORE", "True");
+  set("TORCHELASTIC_RESTART_COUNT", "-1");
+  EXPECT_EQ(error_of_from_environment().rfind("TORCHELASTIC_RESTART_COUNT=-1 is out of range", 0),
+            0u);
 }
 
 TEST_F(LaunchEnvTest, ManyRanksWithoutASecretAreToldHowToShareOne) {

@@ -325,11 +325,41 @@ void check_outputs_writable(const executor::TrainConfig& config, int node_rank) 
   }
 }
 
+// Under torchrun --max-restarts, a worker started again after a failure carries on from the
+// newest complete checkpoint, as `--resume` would, instead of training again from step 0.
+void resume_after_torchrun_restart(executor::TrainConfig& config) {
+  const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (count == nullptr || *count == '\0' || std::string(count) == "0") return;
+  const char* rank = std::getenv("RANK");
+  const bool rank0 = rank != nullptr && std::string(rank) == "0";
+  const char* max = std::getenv("TORCHELASTIC_MAX_RESTARTS");
+  const std::string restart =
+      std::string("torchrun restart ") + count +
+      (max != nullptr && *max != '\0' ? std::string(" of at most ") + max : std::string());
+  if (config.resume) {
+    if (rank0) std::cout << "mfsdp run: " << restart << ": resuming as --resume says\n";
+  } else if (config.checkpoint_dir.empty()) {
+    if (rank0) {
+      std::cerr << "mfsdp: warning: " << restart
+                << " without --checkpoint-dir: training starts again from step 0; pass "
+                   "--checkpoint-dir and --checkpoint-every to resume after a restart\n";
+    }
+  } else {
+    config.resume = true;  // no --resume value: the newest complete checkpoint there, if any
+    if (rank0) {
+      std::cout << "mfsdp run: " << restart << ": resuming from the newest complete checkpoint in "
+                << config.checkpoint_dir << " (from step 0 if it holds none yet)\n";
+    }
+  }
+  std::cout.flush();
+}
+
 void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   read_whole_numbers(flags, cmd);
   LauncherFlags& launcher = flags.launcher;
   if (join_as_rank(launcher)) {
     executor::TrainConfig config = resolve(flags, cmd, load_plan(flags.plan));
+    resume_after_torchrun_restart(config);
     const char* live = std::getenv("MFSDP_LIVE_PROGRESS");
     config.live_progress =
         redraws_progress(flags.progress, live != nullptr && std::string(live) == "1");
@@ -455,7 +485,8 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
 
   const char* outputs = "Checkpoints and outputs";
   cmd->add_option("--checkpoint-dir", t.checkpoint_dir,
-                  "Directory for checkpoints (step-N/); a filesystem all ranks see")
+                  "Directory for checkpoints (step-N/); a filesystem all ranks see. A worker that "
+                  "torchrun --max-restarts starts again resumes from its newest")
       ->group(outputs);
   whole("--checkpoint-every", "Save every K steps (default 0: only at the end)")->group(outputs);
   whole("--keep-checkpoints", "Newest checkpoints to keep (default 2; 0 keeps all)")

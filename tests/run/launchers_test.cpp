@@ -171,6 +171,93 @@ TEST_F(Torchrun, TwoNodesOfOneRankEachTrainWhatTheOwnLauncherTrains) {
   expect_same_training(nodes[0], out, reference);
 }
 
+// torchrun --max-restarts 1 restarts every worker when one dies; they must carry on from the
+// newest complete checkpoint by themselves and end where an uninterrupted run ends.
+TEST_F(Torchrun, AWorkerKilledMidRunResumesFromTheNewestCheckpointBitExactly) {
+  const std::string plan = two_rank_plan("torchrun_restart");
+  const std::vector<std::string> longer = {"--steps", "20", "--checkpoint-every", "2"};
+  const std::string own = temp_path("torchrun_restart_own");
+  std::vector<std::string> args = torchrun_test_flags(plan, own);
+  args.insert(args.end(), longer.begin(), longer.end());
+  args.insert(args.end(),
+              {"--checkpoint-dir", own + "_ckpt", "--nproc-per-node", "2", "--master-port", "0"});
+  std::filesystem::remove_all(own + "_ckpt");
+  const RunResult uninterrupted = mfsdp(args);
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.err;
+
+  const std::string out = temp_path("torchrun_restart");
+  const std::string checkpoints = out + "_ckpt";
+  std::filesystem::remove_all(checkpoints);
+  setenv("FAIL_ONCE_AFTER", (checkpoints + "/step-00000004").c_str(), 1);
+  args = {"--no-python",
+          "--nproc-per-node",
+          "2",
+          "--max-restarts",
+          "1",
+          "--master-port",
+          std::to_string(free_port()),
+          kRepo + "/tests/run/fail_once_worker.sh",
+          MFSDP_BINARY};
+  const std::vector<std::string> flags = torchrun_test_flags(plan, out);
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.insert(args.end(), longer.begin(), longer.end());
+  args.insert(args.end(), {"--checkpoint-dir", checkpoints});
+  const RunResult r = run_program(torchrun_, args, kRepo);
+  unsetenv("FAIL_ONCE_AFTER");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("fail_once_worker: killed rank 1 after"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("mfsdp run: torchrun restart 1 of at most 1: resuming from the newest "
+                       "complete checkpoint in " +
+                       checkpoints),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("resumed from " + checkpoints + "/step-"), std::string::npos) << r.out;
+  EXPECT_TRUE(read_file(out + ".pt") == read_file(own + ".pt")) << "the saved models differ";
+}
+
+// What a worker that torchrun restarted is told, without torchrun: its variables, one rank.
+TEST(TorchrunRestart, WithoutACheckpointDirectoryTheWorkerWarnsItStartsAgain) {
+  const std::string plan = temp_path("restart_one.plan.json");
+  ASSERT_EQ(mfsdp({"plan", "tests/fixtures/tied_lm.pt", "--world-size", "1", "--unit", "layers.*",
+                   "--unit", "<root>", "-o", plan, "-q"})
+                .exit_code,
+            0);
+  const std::map<std::string, std::string> torchrun_env = {{"RANK", "0"},
+                                                           {"WORLD_SIZE", "1"},
+                                                           {"MASTER_ADDR", "127.0.0.1"},
+                                                           {"MASTER_PORT", "1"},
+                                                           {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                                           {"TORCHELASTIC_MAX_RESTARTS", "3"}};
+  for (const auto& [name, value] : torchrun_env) setenv(name.c_str(), value.c_str(), 1);
+  const std::string out = temp_path("restart_one");
+  const std::string checkpoints = out + "_ckpt";
+  std::filesystem::remove_all(checkpoints);
+  const RunResult fresh = mfsdp(torchrun_test_flags(plan, out));
+  std::vector<std::string> with_dir = torchrun_test_flags(plan, out);
+  with_dir.insert(with_dir.end(), {"--checkpoint-dir", checkpoints});
+  const RunResult first = mfsdp(with_dir);   // no checkpoint there yet: from step 0
+  const RunResult second = mfsdp(with_dir);  // the step-4 checkpoint the first one saved
+  for (const auto& entry : torchrun_env) unsetenv(entry.first.c_str());
+
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  EXPECT_NE(fresh.err.find("mfsdp: warning: torchrun restart 2 of at most 3 without "
+                           "--checkpoint-dir: training starts again from step 0"),
+            std::string::npos)
+      << fresh.err;
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(first.out.rfind("mfsdp run: torchrun restart 2 of at most 3: resuming from the "
+                            "newest complete checkpoint in " +
+                                checkpoints + " (from step 0 if it holds none yet)\n",
+                            0),
+            0u)
+      << first.out;
+  EXPECT_NE(first.out.find("done: 4 steps"), std::string::npos) << first.out;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_NE(second.out.find("resumed from " + checkpoints + "/step-00000004 (step 4)"),
+            std::string::npos)
+      << second.out;
+}
+
 TEST(Mpirun, TwoProcessesTrainWhatTheOwnLauncherTrains) {
   const std::string mpirun = env_value("MFSDP_MPIRUN");
   if (mpirun.empty()) {

@@ -217,10 +217,13 @@ Rendezvous::~Rendezvous() {
   // connecting), so on a normal exit it waits for the others to leave. While unwinding from
   // a failure it does not: the others are failing too, and may be gone.
   if (impl_->env.agent_store || impl_->env.world_size == 1) return;
+  // Nor does any rank say goodbye then: the store's host may be the rank that stopped, and the
+  // goodbye would wait a whole timeout for it before this rank could report its failure.
+  if (std::uncaught_exceptions() > 0) return;
   try {
     const std::string prefix = "mfsdp/leave/";
     impl_->store->set(prefix + std::to_string(impl_->env.rank), "");
-    if (impl_->hosting && std::uncaught_exceptions() == 0) {
+    if (impl_->hosting) {
       std::vector<std::string> keys;
       for (int r = 0; r < impl_->env.world_size; ++r) keys.push_back(prefix + std::to_string(r));
       impl_->store->wait(keys, impl_->timeout);

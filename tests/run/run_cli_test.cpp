@@ -543,41 +543,64 @@ TEST(RunCli, NodeKilledMidRunFailsTheOtherNodeInBoundedTime) {
 // A rank that stops answering but does not die (SIGSTOP, as a hung host or a debugger does):
 // the other rank's next collective times out after --collective-timeout and it exits 6; the
 // launcher then kills the stopped rank (SIGTERM waits for a stopped process, so SIGKILL after
-// --grace) and exits 6 in bounded time, leaving no process behind.
-TEST(RunCli, ARankStoppedBeyondTheTimeoutFailsTheRunInBoundedTime) {
-  const std::string plan = plan_for(2, "run_stopped");
-  const std::string metrics = temp_path("run_stopped.jsonl");
+// --grace) and exits 6 within the timeout and the grace, leaving no process behind. Whichever
+// rank stops: rank 0 hosts the rendezvous store, and the other rank's goodbye to it once took
+// a second timeout.
+void expect_stopped_rank_fails_the_run_in_time(int stopped) {
+  const int other = 1 - stopped;
+  const std::string name = "run_stopped_" + std::to_string(stopped);
+  const std::string plan = plan_for(2, name);
+  const std::string metrics = temp_path(name + ".jsonl");
   std::filesystem::remove(metrics);
   std::vector<std::string> args = run_args(plan, shared_config(100000));
   args.resize(args.size() - 2);  // drop the timeout
+  constexpr int kTimeout = 8, kGrace = 1;
   const std::vector<std::string> flags =
-      with(args, {"--collective-timeout", "3", "--grace", "2", "--metrics", metrics});
-  // The launcher in the background; once a step is done, stop its second worker (rank 1).
+      with(args, {"--collective-timeout", std::to_string(kTimeout), "--grace",
+                  std::to_string(kGrace), "--metrics", metrics});
+  // The launcher in the background; once a step is done, stop one of its workers (the launcher
+  // starts rank 0 first, so its children are listed in rank order).
   std::vector<std::string> script = {
       "-c",
       "\"$0\" \"$@\" & launcher=$!\n"
       "until [ -s '" +
           metrics +
           "' ]; do sleep 0.1; done\n"
-          "worker=$(cut -d' ' -f2 /proc/$launcher/task/$launcher/children)\n"
+          "worker=$(cut -d' ' -f" +
+          std::to_string(stopped + 1) +
+          " /proc/$launcher/task/$launcher/children)\n"
           "kill -STOP \"$worker\"\n"
-          "start=$(date +%s)\n"
+          "start=$(date +%s.%N)\n"
           "wait $launcher; status=$?\n"
-          "echo \"launcher exited $status after $(( $(date +%s) - start )) s\"\n"
+          "echo \"launcher exited $status after $(awk \"BEGIN { print $(date +%s.%N) - $start }\") s\"\n"
           "if kill -0 \"$worker\" 2>/dev/null; then echo 'worker left behind'; fi\n",
       MFSDP_BINARY};
   for (const std::string& a : flags) script.push_back(a);
   const RunResult run = run_program("/bin/bash", script, kRepo);
   const auto at = run.out.find("launcher exited ");
   ASSERT_NE(at, std::string::npos) << run.out << run.err;
-  int status = -1, seconds = -1;
-  std::sscanf(run.out.c_str() + at, "launcher exited %d after %d s", &status, &seconds);
+  int status = -1;
+  double seconds = -1;
+  std::sscanf(run.out.c_str() + at, "launcher exited %d after %lf s", &status, &seconds);
   EXPECT_EQ(status, 6) << run.err;
-  EXPECT_LE(seconds, 3 + 2 + 10) << run.err;  // the timeout, the grace, and slack for a slow host
+  // The timeout, the grace, and slack for a slow host: far less than a second timeout.
+  EXPECT_LT(seconds, kTimeout + kGrace + 4) << run.err;
+  EXPECT_GE(seconds, kTimeout) << run.err;
   EXPECT_EQ(run.out.find("worker left behind"), std::string::npos) << run.out;
-  EXPECT_NE(run.err.find("[rank 0] mfsdp: error: rank 0: "), std::string::npos) << run.err;
-  EXPECT_NE(run.err.find("rank 0 failed first"), std::string::npos) << run.err;
+  const std::string rank = "rank " + std::to_string(other);
+  EXPECT_NE(run.err.find("[" + rank + "] mfsdp: error: " + rank + ": "), std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find(rank + " failed first"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("killing it (SIGKILL)"), std::string::npos) << run.err;
+}
+
+TEST(RunCli, RankOneStoppedBeyondTheTimeoutFailsTheRunInBoundedTime) {
+  expect_stopped_rank_fails_the_run_in_time(1);
+}
+
+// Rank 0 also hosts the rendezvous store.
+TEST(RunCli, RankZeroStoppedBeyondTheTimeoutFailsTheRunInBoundedTime) {
+  expect_stopped_rank_fails_the_run_in_time(0);
 }
 
 // A stranger on 127.0.0.1 keeps connecting to the rendezvous port while the ranks start and

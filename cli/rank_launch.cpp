@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "cli/duration_flag.h"
 #include "cli/whole_number.h"
 #include "executor/comm/launch_env.h"
 #include "executor/launch/external_launch.h"
@@ -160,7 +161,7 @@ launch::LaunchOptions rank_launch_options(const LauncherFlags& flags, int argc, 
   if (!flags.master_addr.empty()) options.master_addr = flags.master_addr;
   if (flags.master_port >= 0) options.master_port = flags.master_port;
   options.log_dir = flags.log_dir;
-  options.grace = std::chrono::milliseconds(static_cast<int64_t>(flags.grace_s * 1000));
+  options.grace = seconds_flag(flags.grace_s, "--grace", true);
   options.extra_env.push_back({"MFSDP_RUN_WORKER", "1"});
   // The rendezvous secret: the user's, checked here once, else a fresh one for this launch.
   // Only a single-node launcher may make it up, since every node must hold the same one.

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cli/command_line.h"
+#include "cli/duration_flag.h"
 #include "cli/rank_launch.h"
 #include "cli/whole_number.h"
 #include "executor/launch/launcher.h"
@@ -264,14 +265,8 @@ executor::TrainConfig resolve(const RunFlags& flags, const CLI::App& cmd,
   }
   if (!flags.betas.empty()) parse_betas(flags.betas, config.optimizer);
   if (flags.clip_grad_norm != 0) config.clip_grad_norm = flags.clip_grad_norm;
-  // Bounded so that it fits in milliseconds (1e30 or inf overflowed to a negative timeout).
-  constexpr double kMaxCollectiveTimeoutS = 30 * 24 * 3600;
-  if (!(flags.collective_timeout_s > 0 && flags.collective_timeout_s <= kMaxCollectiveTimeoutS)) {
-    fail(ExitCode::kUsage,
-         "--collective-timeout must be a positive number of seconds, at most 2592000 (30 days)");
-  }
   config.context.collective_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(flags.collective_timeout_s * 1000));
+      seconds_flag(flags.collective_timeout_s, "--collective-timeout", false);
   config.threads = flags.launcher.threads > 0 ? flags.launcher.threads : env_threads();
   return config;
 }

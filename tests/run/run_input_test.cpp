@@ -151,11 +151,24 @@ TEST(RunInput, OutputsInAMissingDirectoryAreRefusedBeforeAnyWorkerStarts) {
 }
 
 TEST(RunInput, CollectiveTimeoutMustFitInMilliseconds) {
-  for (const char* seconds : {"0", "-1", "1e30", "inf", "nan"}) {
+  for (const char* seconds : {"0", "-1", "1e30", "inf", "nan", "-nan"}) {
     expect_refused(run({"--collective-timeout", seconds}),
                    "--collective-timeout must be a positive number of seconds, at most 2592000 "
-                   "(30 days)");
+                   "(30 days); got ");
   }
+}
+
+// The same check and message as every duration flag (it overflowed to a negative count).
+TEST(RunInput, GraceMustFitInMilliseconds) {
+  for (const char* seconds : {"-1", "1e30", "inf", "nan", "-nan", "2592001"}) {
+    SCOPED_TRACE(seconds);
+    expect_refused(run({"--grace", seconds}),
+                   "--grace must be 0 or a positive number of seconds, at most 2592000 (30 days); "
+                   "got ");
+  }
+  const RunResult r = run({"--grace", "nan"});
+  EXPECT_NE(r.err.find("got nan"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("-9223372036854775808"), std::string::npos) << r.err;
 }
 
 TEST(RunInput, MissingPlan) {

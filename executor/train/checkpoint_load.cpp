@@ -39,8 +39,8 @@ void check_buffers(Context& context, const std::vector<std::string>& names,
 }
 
 // Saved under another plan of the same model: this rank's part cut from replica 0's files.
-void read_resharded(Context& context, const std::string& checkpoint, OwnPart& part) {
-  SavedCheckpoint saved = open_checkpoint(checkpoint);
+void read_resharded(Context& context, const SavedCheckpoint& saved, OwnPart& part) {
+  const std::string& checkpoint = saved.path;
   ReshardedRank resharded = reshard_rank(saved, context.plan(), context.rank());
   check_buffers(context, resharded.buffer_names,
                 checkpoint + "/" + rank_file_name(resharded.source_rank));
@@ -55,9 +55,12 @@ void read_resharded(Context& context, const std::string& checkpoint, OwnPart& pa
 // The part of a load that can fail: everything is read and checked before anything changes.
 void read_own_part(Context& context, const ShardedOptimizer& optimizer,
                    const std::string& checkpoint, OwnPart& part) {
-  part.manifest = read_manifest(checkpoint);
+  // Every reader of a checkpoint (resume, reshard, export) opens it the same way: the manifest,
+  // then plan.json checked against its digest and the plan rules, whether or not it is used.
+  const SavedCheckpoint saved = open_checkpoint(checkpoint);
+  part.manifest = saved.manifest;
   if (check_compatible(part.manifest, context, optimizer, checkpoint) == CheckpointFit::kReshard) {
-    read_resharded(context, checkpoint, part);
+    read_resharded(context, saved, part);
     return;
   }
   const Manifest& manifest = part.manifest;

@@ -9,6 +9,7 @@
 
 #include "executor/train/checkpoint.h"
 #include "executor/train/checkpoint_format.h"
+#include "executor/train/reshard.h"
 #include "planner/torchscript/model_check.h"
 #include "planner/torchscript/torch_model.h"
 #include "schema/digest.h"
@@ -37,9 +38,10 @@ ExportSummary export_model(const std::string& checkpoint_arg, const std::string&
   ExportSummary summary;
   summary.checkpoint = resolve_checkpoint(checkpoint_arg, "exporting");
   const std::string& checkpoint = summary.checkpoint;
-  const Manifest manifest = read_manifest(checkpoint);
+  const SavedCheckpoint saved = open_checkpoint(checkpoint);  // as resume and reshard open it
+  const Manifest& manifest = saved.manifest;
   summary.step = manifest.step;
-  const schema::Plan plan = read_checkpoint_plan(checkpoint, manifest);
+  const schema::Plan& plan = saved.plan;
 
   summary.model_path = model_path.empty() ? manifest.model_path : model_path;
   std::error_code error;

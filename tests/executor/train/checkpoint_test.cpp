@@ -12,6 +12,7 @@
 
 #include "executor/train/checkpoint.h"
 #include "executor/train/checkpoint_format.h"
+#include "executor/train/export.h"
 #include "schema/digest.h"
 #include "schema/error.h"
 #include "tests/executor/parity/parity_config.h"
@@ -163,6 +164,29 @@ TEST(CheckpointLoad, RefusesCorruptRankFile) {
   });
   expect_refused(ranks, {"another rank could not load its part",
                          "rank-00001.pt does not match its sha256 in the manifest (corrupt)"});
+}
+
+// A flipped byte in plan.json: resume refuses it as export does (it used to resume silently,
+// since a same-plan resume never read the file).
+TEST(CheckpointLoad, RefusesADamagedPlanJsonAsExportDoes) {
+  std::string damaged_checkpoint;
+  const auto ranks = resume_after("plan_flip", [&](const std::string& checkpoint, WorkerRun&) {
+    damaged_checkpoint = checkpoint;
+    const std::string file = checkpoint + "/plan.json";
+    std::fstream plan(file, std::ios::in | std::ios::out | std::ios::binary);
+    plan.seekg(static_cast<std::streamoff>(fs::file_size(file) / 2));
+    const char byte = static_cast<char>(plan.get());
+    plan.seekp(-1, std::ios::cur);
+    plan.put(static_cast<char>(byte == ' ' ? '\t' : ' '));
+  });
+  const std::string text = "plan.json does not match its sha256 in the manifest (damaged)";
+  expect_refused(ranks, {text, text});
+  try {
+    executor::export_model(damaged_checkpoint, ::testing::TempDir() + "/plan_flip_export.pt");
+    ADD_FAILURE() << "export read the damaged checkpoint";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
 }
 
 // A rank file changed and its size and sha256 in the manifest changed to match, as someone

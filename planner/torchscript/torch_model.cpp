@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -331,6 +332,12 @@ ModelIR extract_model(const torch::jit::Module& module, const std::string& origi
 
 torch::jit::Module load_module(const std::string& path) {
   {
+    std::error_code error;
+    if (std::filesystem::is_directory(path, error)) {
+      fail(ExitCode::kModel, path +
+                                 ": is a directory, not a model file; give the TorchScript file "
+                                 "(torch.jit.script(model).save(path)) inside it");
+    }
     std::ifstream probe(path, std::ios::binary);
     if (!probe) fail(ExitCode::kModel, path + ": cannot open the model file (does it exist?)");
     if (probe.peek() == std::ifstream::traits_type::eof()) {

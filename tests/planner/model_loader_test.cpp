@@ -1,5 +1,6 @@
 #include "planner/torchscript/model_loader.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -118,6 +119,13 @@ TEST(ModelLoader, EmptyFileIsRefused) {
   const std::string path = ::testing::TempDir() + "/empty.pt";
   std::ofstream(path).close();
   EXPECT_MFSDP_ERROR(load_model(path), ExitCode::kModel, "the model file is empty");
+}
+
+TEST(ModelLoader, DirectoryIsNamedAsOne) {
+  const std::string path = ::testing::TempDir() + "/some_dir.pt";
+  std::filesystem::create_directories(path);
+  EXPECT_MFSDP_ERROR(load_model(path), ExitCode::kModel,
+                     path + ": is a directory, not a model file");
 }
 
 TEST(ModelLoader, TextFileIsNotATorchScriptArchive) {

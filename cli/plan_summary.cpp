@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -70,14 +71,38 @@ void print_summary(const schema::Plan& plan, const std::string& model, const std
       << plan.communication.all_gather_count << "), reduce-scatter "
       << format_bytes(plan.communication.reduce_scatter_bytes) << " ("
       << plan.communication.reduce_scatter_count << ")\n";
-  err << "  diagnostics  " << plan.diagnostics.size() << "\n";
-  const size_t shown = std::min<size_t>(plan.diagnostics.size(), 20);
+  // Errors and warnings first, each severity in plan order, so that many infos cannot hide
+  // the one warning that explains a plan.
+  std::vector<const schema::Diagnostic*> ordered;
+  std::map<std::string, size_t> count;
+  for (const char* severity : {"error", "warning", "info"}) {
+    for (const auto& d : plan.diagnostics) {
+      if (d.severity == severity) ordered.push_back(&d);
+    }
+  }
+  for (const auto& d : plan.diagnostics) {
+    ++count[d.severity];
+    if (d.severity != "error" && d.severity != "warning" && d.severity != "info") {
+      ordered.push_back(&d);
+    }
+  }
+  err << "  diagnostics  " << plan.diagnostics.size();
+  std::string counts;
+  for (const char* severity : {"error", "warning", "info"}) {
+    const size_t n = count[severity];
+    if (n == 0) continue;
+    counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + severity +
+              (n == 1 || std::string(severity) == "info" ? "" : "s");
+  }
+  if (count["error"] + count["warning"] > 0) err << " (" << counts << ")";
+  err << "\n";
+  const size_t shown = std::min<size_t>(ordered.size(), 20);
   for (size_t i = 0; i < shown; ++i) {
-    const auto& d = plan.diagnostics[i];
+    const auto& d = *ordered[i];
     err << "    " << d.severity << " " << d.code << ": " << d.message << "\n";
   }
-  if (shown < plan.diagnostics.size()) {
-    err << "    ... " << plan.diagnostics.size() - shown << " more in the plan's diagnostics\n";
+  if (shown < ordered.size()) {
+    err << "    ... " << ordered.size() - shown << " more in the plan's diagnostics\n";
   }
 }
 

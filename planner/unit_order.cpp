@@ -132,6 +132,24 @@ std::string times(int64_t n) {
   return std::to_string(n) + (n == 1 ? " time" : " times");
 }
 
+// Whether forward calls a child of `module` though not `module` itself: a container such as a
+// ModuleList, whose own forward nobody calls.
+bool called_children(const ModelIR& model, int module) {
+  for (const CallEvent& e : model.trace) {
+    if (e.kind == CallEvent::Kind::kEnter && e.module != module &&
+        model.contains(module, e.module)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string container_fix(const std::string& unit) {
+  return "forward calls its children instead (a container such as a ModuleList): shard them, "
+         "e.g. --unit '" +
+         unit + ".*'";
+}
+
 // The per-unit findings, units in registration order and each unit's codes in the order of
 // docs/plan-format.md#diagnostics. `static_count` is null without a trace.
 void diagnose_units(PlanIR& ir, const std::vector<int64_t>* static_count) {
@@ -142,10 +160,14 @@ void diagnose_units(PlanIR& ir, const std::vector<int64_t>* static_count) {
     const int64_t sites = static_count ? (*static_count)[u] : calls;
     const bool settled_by_trace = unit.conditional || unit.repeated;
     if (calls == 0 && sites == 0) {
+      const std::string container = called_children(*ir.model, unit.module)
+                                        ? container_fix(unit.name)
+                                        : "remove it from the scope if that is unintended";
       ir.diagnose("warning", "unit.never_called",
                   "unit " + unit.name +
                       " is not called by forward: it is never gathered and its "
-                      "parameters get no gradients; remove it from the scope if that is unintended",
+                      "parameters get no gradients; " +
+                      container,
                   unit.name);
     }
     if (run && calls == 0 && sites > 0 && settled_by_trace) {

@@ -84,6 +84,24 @@ TEST(PlanCli, PrintsSummaryWithOrdersAndDiagnosticsOnStderr) {
       << r.err;
 }
 
+// `--unit layers` names a ModuleList, whose forward nobody calls: the summary must show that
+// warning, with the fix, ahead of the dozens of infos the one-unit plan also gets.
+TEST(PlanCli, AContainerGivenAsAUnitIsWarnedAboutFirstWithTheFix) {
+  const RunResult r = mfsdp({"plan", "examples/bytegpt.pt", "--world-size", "2", "--unit", "layers",
+                             "--unit", "<root>", "-o", temp_path("container.plan.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t header = r.err.find("  diagnostics  50 (1 warning, 49 info)\n");
+  ASSERT_NE(header, std::string::npos) << r.err;
+  EXPECT_EQ(
+      r.err.find("    warning unit.never_called: unit layers is not called by forward", header),
+      r.err.find('\n', header) + 1)
+      << r.err;
+  EXPECT_NE(r.err.find("forward calls its children instead (a container such as a ModuleList): "
+                       "shard them, e.g. --unit 'layers.*'"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(PlanCli, QuietPrintsNothingAndJsonSummaryIsJson) {
   const std::string out = temp_path("quiet.plan.json");
   RunResult r = mfsdp(

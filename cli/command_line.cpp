@@ -1,6 +1,8 @@
 #include "cli/command_line.h"
 
+#include <algorithm>
 #include <iostream>
+#include <vector>
 
 #include "schema/error.h"
 
@@ -10,6 +12,62 @@ namespace {
 struct QuietExit {
   ExitCode code;
 };
+
+// Levenshtein distance, '_' and '-' counted as the same (torchrun's flags take both).
+size_t distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const char x = a[i - 1] == '_' ? '-' : a[i - 1];
+      const char y = b[j - 1] == '_' ? '-' : b[j - 1];
+      const size_t substitute = diagonal + (x == y ? 0 : 1);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+    }
+  }
+  return row[b.size()];
+}
+
+// For a command line CLI11 found extra arguments in: the first --flag the chosen command does
+// not know, with the closest one it does ("did you mean"), as one line; "" when there is none
+// (the extras are positional).
+std::string unknown_flag(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* command = &app;
+  for (const CLI::App* sub : app.get_subcommands()) command = sub;
+  const std::string usage = command == &app ? "mfsdp" : "mfsdp " + command->get_name();
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) continue;
+    const std::string name =
+        arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+    bool known = false;
+    std::string best;
+    size_t best_distance = std::string::npos;
+    for (const CLI::App* scope : {command, &app}) {
+      for (const CLI::Option* option : scope->get_options()) {
+        for (const std::string& long_name : option->get_lnames()) {
+          if (long_name == name) known = true;
+          const size_t d = distance(name, long_name);
+          if (d < best_distance) {
+            best_distance = d;
+            best = long_name;
+          }
+        }
+      }
+    }
+    if (known) continue;
+    std::string message = usage + " has no flag --" + name;
+    if (!best.empty() && best_distance <= std::max<size_t>(2, name.size() / 4)) {
+      message += "; did you mean --" + best + "?";
+    }
+    return message + " (see " + usage + " --help)";
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -40,6 +98,11 @@ int run_app(CLI::App& app, int argc, char** argv) {
     return app.exit(e);
   } catch (const QuietExit& e) {
     return static_cast<int>(e.code);
+  } catch (const CLI::ExtrasError& e) {
+    const std::string flag = unknown_flag(app, argc, argv);
+    std::cerr << "mfsdp: error: " << (flag.empty() ? std::string(e.what()) + " (see --help)" : flag)
+              << "\n";
+    return static_cast<int>(ExitCode::kUsage);
   } catch (const CLI::ParseError& e) {
     std::cerr << "mfsdp: error: " << e.what() << " (see --help)\n";
     return static_cast<int>(ExitCode::kUsage);

@@ -227,6 +227,25 @@ TEST(PlanCli, BadFlags) {
       "--resident-budget 'lots' is not a byte size");
 }
 
+// Misspelled flags, as newcomers and torchrun users type them, get the closest real one.
+TEST(PlanCli, MisspelledFlagsAreNamedWithTheClosestRealOne) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--world_size", "mfsdp plan has no flag --world_size; did you mean --world-size?"},
+      {"--units", "mfsdp plan has no flag --units; did you mean --unit?"},
+      {"--optimiser", "mfsdp plan has no flag --optimiser; did you mean --optimizer?"},
+      {"--frobnicate", "mfsdp plan has no flag --frobnicate (see mfsdp plan --help)"}};
+  for (const auto& [flag, message] : cases) {
+    SCOPED_TRACE(flag);
+    expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", flag, "2"}, 2,
+                         message);
+  }
+  const RunResult r = mfsdp({"run", "plans/bytegpt.plan.json", "--nproc_per_node", "2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "mfsdp: error: mfsdp run has no flag --nproc_per_node; did you mean --nproc-per-node? "
+            "(see mfsdp run --help)\n");
+}
+
 TEST(PlanCli, BadPolicyValuesFailBeforeLoadingTheModelNamingTheFlag) {
   // The model path does not exist: the policy error must come first.
   expect_clean_failure({"missing.pt", "--world-size", "2", "--auto", "--param-dtype", "int8"}, 2,

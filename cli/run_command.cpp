@@ -19,6 +19,7 @@
 #include "cli/whole_number.h"
 #include "executor/launch/launcher.h"
 #include "executor/runtime/cuda_runtime.h"
+#include "executor/train/data.h"
 #include "executor/train/plan_training.h"
 #include "executor/train/trainer.h"
 #include "schema/error.h"
@@ -320,6 +321,16 @@ void check_outputs_writable(const executor::TrainConfig& config, int node_rank) 
   }
 }
 
+// A schedule the flags accept that cannot be what was meant.
+void warn_about_schedule(const executor::TrainConfig& config) {
+  if (config.warmup_steps > config.steps) {
+    std::cerr << "mfsdp: warning: --warmup " << config.warmup_steps << " is longer than --steps "
+              << config.steps
+              << ": the learning rate never reaches --lr (it is still warming up at the last "
+                 "step); lower --warmup or raise --steps\n";
+  }
+}
+
 // Under torchrun --max-restarts, a worker started again after a failure carries on from the
 // newest complete checkpoint, as `--resume` would, instead of training again from step 0.
 void resume_after_torchrun_restart(executor::TrainConfig& config) {
@@ -355,6 +366,12 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   if (join_as_rank(launcher)) {
     executor::TrainConfig config = resolve(flags, cmd, load_plan(flags.plan));
     resume_after_torchrun_restart(config);
+    const char* rank = std::getenv("RANK");
+    const char* ours = std::getenv("MFSDP_RUN_WORKER");
+    // Our own launcher has warned already; another launcher's rank 0 warns once for all.
+    if (rank != nullptr && std::string(rank) == "0" && !(ours && std::string(ours) == "1")) {
+      warn_about_schedule(config);
+    }
     const char* live = std::getenv("MFSDP_LIVE_PROGRESS");
     config.live_progress =
         redraws_progress(flags.progress, live != nullptr && std::string(live) == "1");
@@ -385,6 +402,8 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   }
   const executor::TrainConfig config = resolve(flags, cmd, plan);
   executor::check_train_config(config, static_cast<int>(world));
+  executor::check_data(config.data);
+  warn_about_schedule(config);
   check_outputs_writable(config, launcher.node_rank);
   if (config.context.device == "cuda") check_gpus_here(launcher, static_cast<int>(world));
 

@@ -46,9 +46,24 @@ ParseResult read_plan_file(const std::string& path) {
     fail(ExitCode::kUsage,
          path + ": empty file, expected a JSON plan (" + std::to_string(text.size()) + " bytes)");
   }
+  // A model where a plan belongs is the commonest mix-up: TorchScript archives are zip files.
+  if (text.compare(0, 4, "PK\x03\x04") == 0) {
+    fail(ExitCode::kUsage, path +
+                               " is a model (a zip archive, as TorchScript saves), not a plan; "
+                               "plan it first: mfsdp plan " +
+                               path +
+                               " --world-size N --unit 'layers.*' --unit '<root>' -o "
+                               "model.plan.json");
+  }
   json doc;
   const std::string error = parse_json_text(text, doc);
-  if (!error.empty()) fail(ExitCode::kUsage, path + ": not valid JSON: " + error);
+  if (!error.empty()) {
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    const bool json_like = text[first] == '{' || text[first] == '[';
+    fail(ExitCode::kUsage,
+         path + ": not valid JSON: " + error +
+             (json_like ? "" : "; a plan is the JSON file that mfsdp plan writes"));
+  }
   try {
     return parse_plan(doc);
   } catch (const Error& error) {

@@ -2,6 +2,10 @@
 // the batch split and the sample seeds are in batch_split.cpp and sample_seed.cpp.
 #include "executor/train/data.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "executor/train/data_sources.h"
@@ -48,16 +52,43 @@ void check_config(const DataConfig& config) {
   }
 }
 
-}  // namespace
-
-DataSource::~DataSource() = default;
-
-std::unique_ptr<DataSource> open_data(const DataConfig& given, int rank, int world_size) {
+// Token-id synthetic data may give its sample shape as --seq-len.
+DataConfig with_defaults(const DataConfig& given) {
   DataConfig config = given;
   if (config.kind == "synthetic" && config.sample_shape.empty() && config.seq_len > 0 &&
       config.input_dtype == "int64") {
     config.sample_shape = {config.seq_len};
   }
+  return config;
+}
+
+}  // namespace
+
+DataSource::~DataSource() = default;
+
+void check_data(const DataConfig& given) {
+  const DataConfig config = with_defaults(given);
+  check_config(config);
+  if (config.kind == "synthetic") return;
+  std::ifstream file(config.path, std::ios::binary);
+  std::error_code error;
+  if (!file || std::filesystem::is_directory(config.path, error)) {
+    fail(ExitCode::kIo, "cannot read data file " + config.path + ": " +
+                            (file ? std::string("it is a directory") : std::strerror(errno)) +
+                            "; check the --data path");
+  }
+  char magic[4] = {};
+  file.read(magic, sizeof magic);
+  if (config.kind == "tensors" && std::string(magic, 4) != std::string("PK\x03\x04", 4)) {
+    fail(ExitCode::kUsage, config.path +
+                               ": not a file written by torch.save (a zip archive); save "
+                               "(inputs, targets) or {\"inputs\": ..., \"targets\": ...}, or "
+                               "pass the --data-kind of this file (text, tokens)");
+  }
+}
+
+std::unique_ptr<DataSource> open_data(const DataConfig& given, int rank, int world_size) {
+  const DataConfig config = with_defaults(given);
   check_config(config);
   const BatchSplit split = split_batch(config.global_batch, world_size, config.microbatches);
   if (rank < 0 || rank >= world_size) {
@@ -76,6 +107,12 @@ std::string infer_data_kind(const std::string& data) {
   const std::string extension =
       dot == std::string::npos || (slash != std::string::npos && dot < slash) ? ""
                                                                               : data.substr(dot);
+  // A typo in the name is more likely than a file of another kind: say that it is missing.
+  std::error_code error;
+  if (!std::filesystem::exists(data, error)) {
+    fail(ExitCode::kIo, "cannot read data file " + data + ": " + std::strerror(ENOENT) +
+                            "; check the --data path");
+  }
   if (extension == ".txt") return "text";
   if (extension == ".bin") return "tokens";
   if (extension == ".pt" || extension == ".pth") return "tensors";

@@ -69,6 +69,11 @@ class DataSource {
 // Error(kUsage) for a bad value, Error(kIo) for a file that cannot be read.
 std::unique_ptr<DataSource> open_data(const DataConfig& config, int rank, int world_size);
 
+// What open_data checks before it reads the data, plus that the file can be opened and, for
+// tensors, is a torch.save archive: for the launcher, so that every rank does not report the
+// same mistake after the workers have started. Throws as open_data does.
+void check_data(const DataConfig& config);
+
 // The kind for a --data value: "synthetic" stays synthetic; .txt is text, .bin tokens, .pt
 // and .pth tensors. Throws Error(kUsage) for another extension, pointing at --data-kind.
 std::string infer_data_kind(const std::string& data);

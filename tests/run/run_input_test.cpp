@@ -185,6 +185,54 @@ TEST(RunInput, CorruptPlan) {
   expect_refused(r, path + ": not valid JSON");
 }
 
+// A model, or any file that is not JSON, where a plan belongs.
+TEST(RunInput, AModelWhereThePlanBelongsIsToldToPlanItFirst) {
+  for (const char* command : {"run", "show", "validate"}) {
+    SCOPED_TRACE(command);
+    const RunResult r = mfsdp({command, "examples/bytegpt.pt"});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("examples/bytegpt.pt is a model (a zip archive, as TorchScript saves), "
+                         "not a plan; plan it first: mfsdp plan examples/bytegpt.pt"),
+              std::string::npos)
+        << r.err;
+  }
+  const RunResult text = mfsdp({"show", "examples/tiny_corpus.txt"});
+  EXPECT_EQ(text.exit_code, 2);
+  EXPECT_NE(text.err.find("not valid JSON: syntax error"), std::string::npos) << text.err;
+  EXPECT_NE(text.err.find("; a plan is the JSON file that mfsdp plan writes"), std::string::npos)
+      << text.err;
+}
+
+// Data mistakes are the launcher's to report, once, before any worker starts.
+TEST(RunInput, DataMistakesAreRefusedBeforeAnyWorkerStarts) {
+  expect_refused(run({"--data", "examples/tiny_corpus.txt"}),
+                 "text data needs --seq-len, the tokens per sample (got 0)");
+  expect_refused(run({"--data", "examples/tiny_corpus.txt", "--data-kind", "tensors"}),
+                 "examples/tiny_corpus.txt: not a file written by torch.save (a zip archive)");
+  expect_refused(run({"--data", "examples/tiny_corpus.txt", "--data-kind", "bogus"}),
+                 "unknown data kind 'bogus'");
+  // A typo in the name (an extension mfsdp does not know) is a missing file, not a kind.
+  for (const char* path : {"examples/tiny_corpus.tx", "examples/no_such.txt"}) {
+    SCOPED_TRACE(path);
+    const RunResult r = run({"--data", path, "--seq-len", "8"});
+    EXPECT_EQ(r.exit_code, 5) << r.err;
+    EXPECT_EQ(r.err, "mfsdp: error: cannot read data file " + std::string(path) +
+                         ": No such file or directory; check the --data path\n");
+  }
+}
+
+TEST(RunInput, AWarmupLongerThanTheRunIsWarnedAboutOnce) {
+  const RunResult r = run({"--warmup", "30", "--steps", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string warning =
+      "mfsdp: warning: --warmup 30 is longer than --steps 2: the learning rate never reaches --lr";
+  const size_t at = r.err.find(warning);
+  EXPECT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(warning, at + 1), std::string::npos) << r.err;
+  EXPECT_EQ(run({"--warmup", "2", "--steps", "2"}).err.find("--warmup"), std::string::npos);
+}
+
 TEST(RunInput, WorldSizeOtherThanThePlans) {
   expect_refused(run({"--nproc-per-node", "3"}),
                  "is for 2 ranks but --nnodes 1 x --nproc-per-node 3 launches 3");

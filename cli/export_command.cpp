@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/rank_launch.h"
 #include "executor/train/export.h"
 
 namespace mfsdp::cli {
@@ -49,6 +50,7 @@ void add_export_command(CLI::App& app) {
                   "checkpoint recorded)");
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing on success");
   cmd->callback([flags] {
+    check_output_directory("-o", flags->output);  // before the checkpoint is read
     const executor::ExportSummary summary =
         executor::export_model(flags->checkpoint, flags->output, flags->model);
     if (!flags->quiet) {

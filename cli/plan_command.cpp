@@ -22,6 +22,7 @@
 #include "cli/plan_search.h"
 #include "cli/plan_summary.h"
 #include "cli/predict_flags.h"
+#include "cli/rank_launch.h"
 #include "cli/whole_number.h"
 #include "planner/scope_file.h"
 #include "planner/sharding_scope.h"
@@ -351,6 +352,8 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   for (const std::string& spec : flags.trace_inputs) {
     trace_inputs.push_back(planner::parse_trace_input(spec));
   }
+  // Before the model is loaded (and traced): a missing output directory is found at once.
+  check_output_directory("-o", flags.output);
   planner::ShardedModel model = planner::ShardedModel::load(flags.model);
   std::vector<planner::UnitSelector> selectors;
   if (!flags.auto_units) {

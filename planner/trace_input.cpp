@@ -475,14 +475,33 @@ TracedRun trace_unit_modules(const std::string& model_path,
     const torch::jit::GraphOptimizerEnabledGuard as_written(false);
     tracer.begin();
     // The outputs stay alive through backward, as in a training loop that holds them.
-    const c10::IValue output = interpreted(on + " failed in forward", [&] {
-      try {
-        return model.forward(arguments);
-      } catch (...) {
-        abandon_checkpointed_calls();
-        throw;
+    c10::IValue output;
+    try {
+      output = interpreted(on + " failed in forward", [&] {
+        try {
+          return model.forward(arguments);
+        } catch (...) {
+          abandon_checkpointed_calls();
+          throw;
+        }
+      });
+    } catch (const Error& e) {
+      // An embedding (or another op that indexes) given the default float32 input.
+      const std::string message = e.what();
+      if (message.find("Long, Int; but got") != std::string::npos &&
+          message.find("Float") != std::string::npos) {
+        std::string fix;
+        for (const std::string& spec : specs) {
+          fix += (fix.empty() ? "" : " ") + std::string("--trace-input ") +
+                 spec.substr(0, spec.find(':')) + ":int64";
+        }
+        fail(e.code(), message +
+                           "; the model wants integer ids there, and --trace-input "
+                           "makes float32 unless told: trace with " +
+                           fix);
       }
-    });
+      throw;
+    }
     tracer.end_forward();
     output_bytes = grad_output_bytes(output);
     const at::Tensor loss = loss_of(output, run_loss);

@@ -246,6 +246,14 @@ TEST(PlanCli, MisspelledFlagsAreNamedWithTheClosestRealOne) {
             "(see mfsdp run --help)\n");
 }
 
+TEST(PlanCli, AFloatTraceInputForATokenModelIsToldToSayInt64) {
+  expect_clean_failure({"examples/bytegpt.pt", "--world-size", "2", "--unit", "layers.*", "--unit",
+                        "<root>", "--trace-input", "8x64"},
+                       3,
+                       "; the model wants integer ids there, and --trace-input makes float32 "
+                       "unless told: trace with --trace-input 8x64:int64");
+}
+
 TEST(PlanCli, BadPolicyValuesFailBeforeLoadingTheModelNamingTheFlag) {
   // The model path does not exist: the policy error must come first.
   expect_clean_failure({"missing.pt", "--world-size", "2", "--auto", "--param-dtype", "int8"}, 2,

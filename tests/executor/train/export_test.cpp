@@ -151,6 +151,15 @@ TEST(ExportCli, BadCheckpointPathIsOneLineWithExitTwo) {
   EXPECT_NE(empty.err.find("is not a checkpoint"), std::string::npos) << empty.err;
 }
 
+// As run's output flags say it, before the checkpoint is read.
+TEST(ExportCli, AMissingOutputDirectoryIsNamedLikeRunsOutputs) {
+  const std::string dir = fresh_dir("export_cli_dir");
+  const RunResult r = mfsdp({"export", dir + "/no_such_checkpoint", "-o", dir + "/gone/m.pt"});
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_EQ(r.err, "mfsdp: error: -o " + dir + "/gone/m.pt: the directory " + dir +
+                       "/gone does not exist; create it first\n");
+}
+
 TEST(ExportCli, FailureLeavesAnEarlierOutputAlone) {
   const std::string dir = fresh_dir("export_cli_keep");
   const std::string checkpoint = trained_checkpoint(dir, 1);
@@ -165,7 +174,9 @@ TEST(ExportCli, FailureLeavesAnEarlierOutputAlone) {
   const RunResult unwritable = mfsdp({"export", checkpoint, "-o", dir + "/missing_dir/m.pt"});
   EXPECT_EQ(unwritable.exit_code, 5);
   EXPECT_EQ(line_count(unwritable.err), 1u) << unwritable.err;
-  EXPECT_NE(unwritable.err.find("cannot write " + dir + "/missing_dir/m.pt"), std::string::npos)
+  EXPECT_NE(unwritable.err.find("-o " + dir + "/missing_dir/m.pt: the directory " + dir +
+                                "/missing_dir does not exist"),
+            std::string::npos)
       << unwritable.err;
 }
 

@@ -265,7 +265,19 @@ schema::Plan choose_plan(const SearchInput& in, const SearchMode& mode, std::ost
     print_worlds(table, result);
     table << std::flush;
   }
-  if (!mode.optimize) return result.candidates[result.yours].plan;
+  if (!mode.optimize) {
+    // The table marks the plan --optimize would choose; without it the file holds yours.
+    if (mode.print_choice) {
+      const Candidate& yours = result.candidates[result.yours];
+      summary << "the plan file holds yours (" << yours.label() << ")"
+              << (result.chosen >= 0 && result.chosen != result.yours
+                      ? "; add --optimize to write the one marked chosen (" +
+                            result.candidates[result.chosen].label() + ")"
+                      : std::string())
+              << "\n";
+    }
+    return result.candidates[result.yours].plan;
+  }
   if (result.chosen < 0) {
     const auto smallest = std::min_element(
         result.candidates.begin(), result.candidates.end(),

@@ -402,12 +402,13 @@ void run(RunFlags& flags, const CLI::App& cmd, int argc, char** argv) {
   }
   const executor::TrainConfig config = resolve(flags, cmd, plan);
   executor::check_train_config(config, static_cast<int>(world));
-  executor::check_data(config.data);
-  warn_about_schedule(config);
   check_outputs_writable(config, launcher.node_rank);
   if (config.context.device == "cuda") check_gpus_here(launcher, static_cast<int>(world));
 
   launch::LaunchOptions options = rank_launch_options(launcher, argc, argv, "run");
+  // After the launcher's own flags, so that a node rank out of range is named first.
+  executor::check_data(config.data);
+  warn_about_schedule(config);
   const bool live = launcher.log_dir.empty() && isatty(STDOUT_FILENO) == 1;
   options.extra_env.push_back({"MFSDP_LIVE_PROGRESS", live ? "1" : "0"});
   std::cout.flush();

@@ -378,6 +378,10 @@ TEST(PlanSearchCli, WithoutATraceOptimizeChoosesByMemoryAlone) {
   const RunResult sweep = with({"--sweep", "-q"});
   ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
   EXPECT_NE(sweep.out.find("no trace: memory without activations"), std::string::npos) << sweep.out;
+  // The table marks a plan "chosen", but without --optimize the file holds yours: say so.
+  const RunResult told = with({"--sweep"});
+  ASSERT_EQ(told.exit_code, 0) << told.err;
+  EXPECT_NE(told.err.find("the plan file holds yours (yours, "), std::string::npos) << told.err;
   const json yours = json::parse(read_file(out));
   const auto state_bytes = [](const json& p) {  // AdamW: params, grads, two moments, slots
     const json& m = p["memory"];

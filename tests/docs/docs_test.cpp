@@ -1,7 +1,8 @@
 // The documentation's examples, run (docs/ci.md#the-docs-test): every `$ command` line in
 // a fenced block of README.md and docs/*.md runs from the repository root, in the file's order,
 // with /tmp/ redirected to a scratch directory; it must exit 0 (or the code a directive names),
-// and the lines the doc shows after it must be what it prints (stdout and stderr together).
+// and the lines the doc shows after it must be what it prints (stdout and stderr together);
+// a command shown with no output and followed by another must print nothing.
 //
 // A command that the doc shows failing (an `error: ` line in its output, or `$ echo $?` after
 // it) must fail; `$ cat /tmp/FILE` with the file's text shown makes that file first.
@@ -268,7 +269,16 @@ TEST_P(DocsTest, ExamplesRunAndPrintWhatTheyShow) {
       } else if (!echoed) {
         EXPECT_EQ(status, 0) << output;
       }
-      if (e.shown.empty()) continue;
+      if (e.shown.empty()) {
+        // A command the doc shows printing nothing, followed by the next command: it must
+        // print nothing (a block's last command may leave its output out).
+        if (i + 1 < block.examples.size()) {
+          EXPECT_EQ(output.find_first_not_of(" \t\n"), std::string::npos)
+              << "the doc shows no output, but it printed:\n"
+              << output;
+        }
+        continue;
+      }
       std::vector<std::string> shown = e.shown, actual = split_lines(output);
       while (!shown.empty() && trim(shown.back()).empty()) shown.pop_back();
       if (numbers_vary) {

@@ -107,15 +107,16 @@ std::string infer_data_kind(const std::string& data) {
   const std::string extension =
       dot == std::string::npos || (slash != std::string::npos && dot < slash) ? ""
                                                                               : data.substr(dot);
-  // A typo in the name is more likely than a file of another kind: say that it is missing.
+  if (extension == ".txt") return "text";
+  if (extension == ".bin") return "tokens";
+  if (extension == ".pt" || extension == ".pth") return "tensors";
+  // An unknown extension on a file that does not exist is a typo more likely than a file
+  // of another kind: say that it is missing.
   std::error_code error;
   if (!std::filesystem::exists(data, error)) {
     fail(ExitCode::kIo, "cannot read data file " + data + ": " + std::strerror(ENOENT) +
                             "; check the --data path");
   }
-  if (extension == ".txt") return "text";
-  if (extension == ".bin") return "tokens";
-  if (extension == ".pt" || extension == ".pth") return "tensors";
   fail(ExitCode::kUsage, "cannot tell the kind of data file " + data +
                              " from its extension (.txt text, .bin tokens, .pt tensors); pass "
                              "--data-kind text|tokens|tensors");

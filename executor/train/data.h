@@ -75,7 +75,8 @@ std::unique_ptr<DataSource> open_data(const DataConfig& config, int rank, int wo
 void check_data(const DataConfig& config);
 
 // The kind for a --data value: "synthetic" stays synthetic; .txt is text, .bin tokens, .pt
-// and .pth tensors. Throws Error(kUsage) for another extension, pointing at --data-kind.
+// and .pth tensors. Throws Error(kUsage) for another extension, pointing at --data-kind, or
+// Error(kIo) when a file of another extension does not exist (a typo in the name).
 std::string infer_data_kind(const std::string& data);
 
 // The seed of the random stream `stream` of sample `id` (a splitmix64 mix): the synthetic

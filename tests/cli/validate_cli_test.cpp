@@ -174,7 +174,7 @@ TEST(ValidateCli, UnusableInputsExitWith2AndOneLine) {
   expect_unusable(write_temp("empty.plan.json", ""), "empty file, expected a JSON plan (0 bytes)");
   expect_unusable(write_temp("text.plan.json", "not json\n"),
                   "not valid JSON: syntax error while parsing value - invalid literal (line 1 "
-                  "column 2)");
+                  "column 2); a plan is the JSON file that mfsdp plan writes");
   const std::string golden = read_file(kRepo + "/plans/tied_lm.plan.json");
   expect_unusable(write_temp("truncated.plan.json", golden.substr(0, 3000)),
                   "not valid JSON: syntax error while parsing object key - unexpected end of "

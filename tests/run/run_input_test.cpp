@@ -413,9 +413,12 @@ TEST(RunInput, PlanForAnotherModel) {
   expect_rank_failure(run({"--model", "tests/fixtures/untied_lm.pt"}), 2, "does not match");
 }
 
-TEST(RunInput, MissingDataFile) {
-  expect_rank_failure(run({"--data", "no/such/corpus.txt", "--seq-len", "8"}), 5,
-                      "no/such/corpus.txt");
+TEST(RunInput, MissingDataFileIsRefusedByTheLauncher) {
+  const RunResult r = run({"--data", "no/such/corpus.txt", "--seq-len", "8"});
+  EXPECT_EQ(r.exit_code, 5) << r.out << r.err;
+  EXPECT_EQ(r.err,
+            "mfsdp: error: cannot read data file no/such/corpus.txt: No such file or directory; "
+            "check the --data path\n");
 }
 
 TEST(RunInput, DataTooShortForOneSample) {

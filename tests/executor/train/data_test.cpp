@@ -271,11 +271,21 @@ TEST(DataKind, InferredFromTheExtension) {
   EXPECT_EQ(infer_data_kind("/data/owt/train.bin"), "tokens");
   EXPECT_EQ(infer_data_kind("cifar.pt"), "tensors");
   EXPECT_EQ(infer_data_kind("cifar.pth"), "tensors");
-  const Error e = error_of([] { infer_data_kind("v1.2/corpus"); });
+  const std::string dir = ::testing::TempDir() + "/v1.2";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/corpus") << "text";
+  const Error e = error_of([&] { infer_data_kind(dir + "/corpus"); });
   EXPECT_EQ(e.code(), ExitCode::kUsage);
-  EXPECT_STREQ(e.what(),
-               "cannot tell the kind of data file v1.2/corpus from its extension (.txt text, .bin "
-               "tokens, .pt tensors); pass --data-kind text|tokens|tensors");
+  EXPECT_EQ(std::string(e.what()),
+            "cannot tell the kind of data file " + dir +
+                "/corpus from its extension (.txt text, .bin tokens, .pt tensors); pass "
+                "--data-kind text|tokens|tensors");
+  // A name with a typo in its extension is a missing file first.
+  const Error missing = error_of([] { infer_data_kind("examples/tiny_corpus.tx"); });
+  EXPECT_EQ(missing.code(), ExitCode::kIo);
+  EXPECT_STREQ(missing.what(),
+               "cannot read data file examples/tiny_corpus.tx: No such file or directory; check "
+               "the --data path");
 }
 
 TEST_F(DataFiles, TextSamplesAreWindowsOfTheFile) {

@@ -572,7 +572,8 @@ void expect_stopped_rank_fails_the_run_in_time(int stopped) {
           "kill -STOP \"$worker\"\n"
           "start=$(date +%s.%N)\n"
           "wait $launcher; status=$?\n"
-          "echo \"launcher exited $status after $(awk \"BEGIN { print $(date +%s.%N) - $start }\") s\"\n"
+          "echo \"launcher exited $status after $(awk \"BEGIN { print $(date +%s.%N) - $start }\") "
+          "s\"\n"
           "if kill -0 \"$worker\" 2>/dev/null; then echo 'worker left behind'; fi\n",
       MFSDP_BINARY};
   for (const std::string& a : flags) script.push_back(a);

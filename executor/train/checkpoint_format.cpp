@@ -178,10 +178,20 @@ RankState read_rank_file(const std::string& checkpoint, const RankFileEntry& ent
   const std::string path = checkpoint + "/" + entry.file;
   const std::string fix = "; use another checkpoint";
   struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) {
+  if (::lstat(path.c_str(), &info) != 0) {
     if (errno == ENOENT)
       fail(ExitCode::kUsage, path + " is missing: the checkpoint is incomplete" + fix);
     fail(ExitCode::kUsage, path + ": cannot read: " + std::strerror(errno));
+  }
+  // mfsdp writes rank files as regular files inside the checkpoint; a link could lead anywhere.
+  if (S_ISLNK(info.st_mode)) {
+    fail(ExitCode::kUsage, path +
+                               " is a symbolic link; a checkpoint's rank files must be the "
+                               "regular files the save wrote there (copy the file, not a link)" +
+                               fix);
+  }
+  if (!S_ISREG(info.st_mode)) {
+    fail(ExitCode::kUsage, path + " is not a regular file" + fix);
   }
   if (static_cast<int64_t>(info.st_size) != entry.bytes) {
     fail(ExitCode::kUsage, path + " has " + std::to_string(info.st_size) +

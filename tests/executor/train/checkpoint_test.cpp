@@ -166,6 +166,20 @@ TEST(CheckpointLoad, RefusesCorruptRankFile) {
                          "rank-00001.pt does not match its sha256 in the manifest (corrupt)"});
 }
 
+// A rank file replaced by a link to an identical copy elsewhere: refused, not followed.
+TEST(CheckpointLoad, RefusesARankFileThatIsASymbolicLink) {
+  const auto ranks = resume_after("rank_link", [](const std::string& checkpoint, WorkerRun&) {
+    const std::string file = checkpoint + "/rank-00001.pt";
+    const std::string elsewhere = checkpoint + "/../rank-00001.elsewhere.pt";
+    fs::copy_file(file, elsewhere, fs::copy_options::overwrite_existing);
+    fs::remove(file);
+    fs::create_symlink(fs::absolute(elsewhere), file);
+  });
+  expect_refused(ranks, {"another rank could not load its part",
+                         "rank-00001.pt is a symbolic link; a checkpoint's rank files must be the "
+                         "regular files the save wrote there"});
+}
+
 // A flipped byte in plan.json: resume refuses it as export does (it used to resume silently,
 // since a same-plan resume never read the file).
 TEST(CheckpointLoad, RefusesADamagedPlanJsonAsExportDoes) {

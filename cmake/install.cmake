@@ -10,8 +10,8 @@ set(MFSDP_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/mfsdp)
 # The exported names: mfsdp::schema, mfsdp::planner, mfsdp::executor, ... The interface
 # targets mfsdp_torch (LibTorch, with the system Gloo first) and mfsdp_cuda (cudart, NCCL)
 # travel with them; the config file finds their dependencies again.
-set(_mfsdp_exported mfsdp_schema mfsdp_torchscript mfsdp_planner mfsdp_executor_comm
-    mfsdp_executor mfsdp_launch mfsdp_torch)
+set(_mfsdp_exported mfsdp_schema mfsdp_safetensors mfsdp_torchscript mfsdp_planner
+    mfsdp_executor_comm mfsdp_executor mfsdp_launch mfsdp_torch)
 if(MFSDP_CUDA_ENABLED)
   list(APPEND _mfsdp_exported mfsdp_executor_cuda mfsdp_cuda)
 endif()
@@ -25,8 +25,8 @@ install(TARGETS ${_mfsdp_exported} EXPORT mfsdpTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # Every header of the libraries, in the source tree's layout: the public ones include
 # internal ones, and a program includes them as "executor/runtime/context.h".
-install(DIRECTORY schema planner executor DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mfsdp
-  FILES_MATCHING PATTERN "*.h")
+install(DIRECTORY schema safetensors planner executor
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mfsdp FILES_MATCHING PATTERN "*.h")
 install(FILES schema/plan.schema.json DESTINATION ${CMAKE_INSTALL_DATADIR}/mfsdp)
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)

@@ -11,6 +11,7 @@
 
 #include <torch/csrc/jit/ir/constants.h>
 
+#include "planner/torchscript/mapped_archive.h"
 #include "planner/torchscript/model_loader.h"
 #include "schema/error.h"
 
@@ -330,7 +331,7 @@ ModelIR extract_model(const torch::jit::Module& module, const std::string& origi
   return Extractor(origin).run(module);
 }
 
-torch::jit::Module load_module(const std::string& path) {
+torch::jit::Module load_module(const std::string& path, MappedArchiveStats* stats) {
   {
     std::error_code error;
     if (std::filesystem::is_directory(path, error)) {
@@ -348,7 +349,9 @@ torch::jit::Module load_module(const std::string& path) {
   }
   torch::jit::Module module;
   try {
-    module = torch::jit::load(path, torch::kCPU);
+    module = load_mapped_archive(path, stats);
+  } catch (const Error&) {
+    throw;
   } catch (const c10::Error& e) {
     const std::string why = first_line(e.what_without_backtrace());
     const bool not_zip = why.find("zip archive") != std::string::npos;

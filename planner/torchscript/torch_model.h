@@ -1,6 +1,7 @@
 #pragma once
 // The LibTorch side of model loading, for translation units that already hold a module (the
-// executor). Everything else includes planner/torchscript/model_loader.h, which has no LibTorch types.
+// executor). Everything else includes planner/torchscript/model_loader.h, which has no LibTorch
+// types.
 
 #include <torch/script.h>
 
@@ -15,8 +16,11 @@ c10::ScalarType scalar_type_of(const std::string& dtype);
 std::string dtype_name_of(c10::ScalarType type, const std::string& what);
 
 // torch::jit::load on the CPU with the planner's one-line errors: Error(kModel) naming the
-// file when it is missing, empty, not a TorchScript archive or truncated.
-torch::jit::Module load_module(const std::string& path);
+// file when it is missing, empty, not a TorchScript archive or truncated. Parameters are not
+// read: their storages map the file (planner/torchscript/mapped_archive.h), so a caller reads
+// what it uses; `stats` says how many bytes were mapped and how many read.
+struct MappedArchiveStats;
+torch::jit::Module load_module(const std::string& path, MappedArchiveStats* stats = nullptr);
 
 // Module tree, distinct tensors and forward trace of a loaded module. Throws Error(kModel)
 // when it has no forward method or a parameter layout mfsdp cannot shard.

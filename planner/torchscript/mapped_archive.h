@@ -1,0 +1,30 @@
+#pragma once
+// Loading a TorchScript archive without reading its tensors (docs/large-models.md,
+// "Shard-wise loading"). The module's code, pickles and small records are read as
+// torch::jit::load reads them; every large tensor record is instead backed by a private
+// read-only-until-written map of the file, so its pages are read only where someone reads
+// the tensor, and go back to the kernel when the tensor's storage is freed. A rank that copies
+// its slice of each parameter into its shard and then drops the parameter has read its share
+// of the file and no more.
+
+#include <cstdint>
+#include <string>
+
+#include <torch/script.h>
+
+namespace mfsdp::planner {
+
+struct MappedArchiveStats {
+  int64_t tensor_bytes = 0;     // every storage the module holds, each once
+  int64_t parameter_bytes = 0;  // of those, the storages parameters use
+  int64_t mapped_bytes = 0;     // of those, left on the file map (read only where read)
+};
+
+// torch::jit::load(path, kCPU) with large tensor records mapped instead of read. Parameter
+// storages stay mapped; every other tensor's (buffers, plain tensor attributes) is copied
+// into memory at once, so a module that writes its buffers never writes to the map. Throws
+// what torch::jit::load throws for a file that is not TorchScript, and Error(kModel) for a
+// damaged zip directory.
+torch::jit::Module load_mapped_archive(const std::string& path, MappedArchiveStats* stats);
+
+}  // namespace mfsdp::planner

@@ -55,8 +55,9 @@ struct ContextStats {
   // compute stream's stalls, measured by timing events (waits whose events have completed).
   int64_t exposed_comm_us = 0;
   // Memory beyond the plan's buffers (docs/run.md, "Memory"). The process's RSS when create()
-  // began, before the model was loaded; the model's parameters and buffers as loaded (each
-  // unit's full parameters are freed as soon as its shard is filled); the RSS high-water mark
+  // began, before the model was loaded; the model file's bytes set-up read (buffers, small
+  // tensors and this rank's slice of each parameter: the file is mapped, not read, docs/
+  // large-models.md); the RSS high-water mark
   // when create() returned. Then the most bytes one microbatch's forward and backward held
   // above what was alive when it began: activations, and gradients on their way to the
   // reduce-scatter (CPU tensors counted by host_memory.h; on a GPU, LibTorch's caching

@@ -1,13 +1,14 @@
 // Context::create, one named step per function, in the order they run (docs/executor.md,
 // "What create does").
 #include <map>
-#include <set>
 
 #include "executor/runtime/context_impl.h"
 #include "planner/torchscript/host_memory.h"
 #include "planner/torchscript/instrumentation.h"
+#include "planner/torchscript/mapped_archive.h"
 #include "planner/torchscript/model_check.h"
 #include "planner/torchscript/torch_model.h"
+#include "planner/torchscript/zip_directory.h"
 #include "schema/digest.h"
 #include "schema/plan_json.h"
 #include "schema/plan_loader.h"
@@ -38,20 +39,6 @@ void load_and_check_plan(Impl& impl, const std::string& plan_path, const LaunchE
   check_device_name(impl.options.device);
 }
 
-// Bytes of the module's parameters and buffers, each storage once (tied weights share one).
-int64_t tensor_bytes_of(const torch::jit::Module& module) {
-  std::set<const void*> seen;
-  int64_t bytes = 0;
-  auto add = [&](const at::Tensor& t) {
-    if (t.defined() && seen.insert(t.storage().unsafeGetStorageImpl()).second) {
-      bytes += static_cast<int64_t>(t.storage().nbytes());
-    }
-  };
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) add(p.value);
-  for (const auto& b : module.named_buffers(/*recurse=*/true)) add(b.value);
-  return bytes;
-}
-
 // 2. The model, with the memory counters' baseline taken before it loads; it must be the
 // model the plan was made for.
 void load_and_check_model(Impl& impl, const std::string& plan_path, const std::string& model_path) {
@@ -63,8 +50,11 @@ void load_and_check_model(Impl& impl, const std::string& plan_path, const std::s
   impl.base_file_rss = host_memory::file_rss_bytes();
   impl.base_heap_objects = host_memory::heap_object_bytes();
   impl.model_path = model_path;
-  impl.module = planner::load_module(model_path);
-  impl.model_bytes = tensor_bytes_of(impl.module);
+  planner::MappedArchiveStats loaded;
+  impl.module = planner::load_module(model_path, &loaded);
+  // Everything but the parameters is read now; parameters only where shard_parameters reads
+  // this rank's slices, which it adds.
+  impl.model_bytes = loaded.tensor_bytes - loaded.parameter_bytes;
   const planner::ModelIR ir = planner::extract_model(impl.module, model_path);
   planner::require_plan_fits_model(
       impl.plan, ir, model_path, plan_path,
@@ -79,8 +69,10 @@ void load_and_check_model(Impl& impl, const std::string& plan_path, const std::s
 void meet_ranks(Impl& impl, const LaunchEnv& env) {
   impl.rendezvous = std::make_unique<Rendezvous>(env, impl.options.collective_timeout);
   impl.rank = env.rank;
-  const std::string mine =
-      schema::sha256_hex(schema::dump_plan(impl.plan)) + schema::sha256_file_hex(impl.model_path);
+  // The model file's zip directory names every record with its size and CRC-32: comparing
+  // it costs a few KB of reading where hashing the file would read all of it on every rank.
+  const std::string mine = schema::sha256_hex(schema::dump_plan(impl.plan)) +
+                           planner::read_zip_directory(impl.model_path).digest;
   const std::vector<std::string> all = impl.rendezvous->exchange("mfsdp/plan-check", mine);
   std::string differing;
   for (size_t r = 1; r < all.size(); ++r) {
@@ -113,9 +105,9 @@ void create_runtime(Impl& impl, const std::string& plan_path, const LaunchEnv& e
   }
 }
 
-// 5. Every unit's groups: master shards filled from the loaded values, main gradients, the
-// unsharded buffers in the unit's slot. From then on the only copy of a unit's parameters is
-// its master shards: the full values go unit by unit, so loading never holds the model twice.
+// 5. Every unit's groups: master shards filled from the mapped model file, main gradients, the
+// unsharded buffers in the unit's slot. Each rank reads only its slices; a unit's full values
+// are dropped once its shards are filled, which gives their pages back.
 void shard_parameters(Impl& impl) {
   const schema::Plan& plan = impl.plan;
   std::map<std::string, int> slot_of;
@@ -138,7 +130,7 @@ void shard_parameters(Impl& impl) {
                                impl.device);
       offset += unit.groups.back().unsharded_bytes();
       unit.bindings.push_back(attributes.locate(group));
-      unit.groups.back().load(current_values(unit.bindings.back()));
+      impl.model_bytes += unit.groups.back().load(current_values(unit.bindings.back()));
     }
     for (const GroupBinding& binding : unit.bindings) drop_full_values(binding, impl.device);
   }

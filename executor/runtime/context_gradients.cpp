@@ -103,10 +103,7 @@ ContextStats Context::stats() const {
       // What is really allocated, not what the layout says.
       const at::Tensor& master = group.master();
       s.sharded_param_bytes += master.numel() * master.element_size();
-      if (group.trainable()) {
-        const at::Tensor& grad = group.main_grad();
-        s.sharded_grad_bytes += grad.numel() * grad.element_size();
-      }
+      s.sharded_grad_bytes += group.main_grad_bytes();
     }
   }
   s.slot_bytes = impl_->runtime->slot_bytes();

@@ -10,6 +10,10 @@ namespace mfsdp::executor {
 
 void Context::Impl::begin_microbatch() {
   runtime->check_compute_stream("a microbatch's forward");
+  // Before any reduce-scatter can add into them from the reduce stream's thread.
+  for (UnitRuntime& unit : units) {
+    for (FlatGroup& group : unit.groups) group.main_grad();
+  }
   microbatch_start_bytes = runtime->tensor_bytes();
   runtime->reset_memory_peak();
   cursor->restart();

@@ -29,7 +29,9 @@ class CpuRuntime final : public Runtime {
           placement.name, placement.group, *streams_.at(placement.stream), timeout));
     }
     for (const auto& slot : plan.memory.slots) {
-      slots_.push_back(at::zeros({slot.bytes}, at::TensorOptions().dtype(at::kByte)));
+      // Not zeroed: a unit's all-gather writes all of its bytes before anything reads them,
+      // and pages untouched until then keep set-up's peak down.
+      slots_.push_back(at::empty({slot.bytes}, at::TensorOptions().dtype(at::kByte)));
     }
   }
 

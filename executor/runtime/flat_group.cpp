@@ -61,16 +61,26 @@ FlatGroup::FlatGroup(const schema::Group& group, const schema::Policy& policy, i
       device_(device) {
   const auto on_device = at::TensorOptions().device(device);
   master_ = torch::zeros({group.shard_numel}, on_device.dtype(storage_));
-  if (trainable()) {
-    master_.set_requires_grad(true);
-    // In float32 even when gradients are reduced in bf16 or fp16: microbatches accumulate here.
-    main_grad_ =
-        torch::zeros({group.shard_numel},
-                     on_device.dtype(planner::scalar_type_of(schema::main_grad_dtype(policy))));
-  }
+  if (trainable()) master_.set_requires_grad(true);
+  // In float32 even when gradients are reduced in bf16 or fp16: microbatches accumulate here.
+  main_grad_dtype_ = planner::scalar_type_of(schema::main_grad_dtype(policy));
   if (compute_ != storage_) {
     staging_ = torch::empty({group.shard_numel}, on_device.dtype(compute_));
   }
+}
+
+at::Tensor& FlatGroup::main_grad() {
+  if (!main_grad_.defined() && trainable()) {
+    main_grad_ = torch::zeros({group_->shard_numel},
+                              at::TensorOptions().device(device_).dtype(main_grad_dtype_));
+  }
+  return main_grad_;
+}
+
+int64_t FlatGroup::main_grad_bytes() const {
+  return trainable()
+             ? group_->shard_numel * static_cast<int64_t>(c10::elementSize(main_grad_dtype_))
+             : 0;
 }
 
 bool FlatGroup::trainable() const {
@@ -85,18 +95,23 @@ int64_t FlatGroup::shard_bytes_in_compute_dtype() const {
   return group_->shard_numel * c10::elementSize(compute_);
 }
 
-void FlatGroup::load(const std::vector<at::Tensor>& full_params) {
+int64_t FlatGroup::load(const std::vector<at::Tensor>& full_params) {
   at::NoGradGuard no_grad;
   const int64_t begin = shard_rank_ * group_->shard_numel;
   const int64_t end = begin + group_->shard_numel;
+  int64_t read = 0;
   for (size_t i = 0; i < group_->params.size(); ++i) {
     const auto& p = group_->params[i];
     // The part of this parameter that falls in this rank's shard, if any.
     const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
     if (lo >= hi) continue;
-    const at::Tensor flat = full_params[i].reshape({-1}).to(storage_);
+    // Narrowed before any conversion, so that only the slice is read (a mapped parameter's
+    // other pages stay on disk); a view unless the parameter is not contiguous.
+    const at::Tensor flat = full_params[i].reshape({-1});
     master_.narrow(0, lo - begin, hi - lo).copy_(flat.narrow(0, lo - p.offset, hi - lo));
+    read += (hi - lo) * static_cast<int64_t>(flat.element_size());
   }
+  return read;
 }
 
 std::vector<at::Tensor> FlatGroup::unflatten(const at::Tensor& full_master) const {

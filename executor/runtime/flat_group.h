@@ -32,8 +32,9 @@ class FlatGroup {
   int64_t unsharded_bytes() const;
   int64_t shard_bytes_in_compute_dtype() const;
 
-  // Fills the master shard from the full parameter values, given in layout order.
-  void load(const std::vector<at::Tensor>& full_params);
+  // Fills the master shard from the full parameter values, given in layout order, reading
+  // only the slices that fall in it; returns the bytes read.
+  int64_t load(const std::vector<at::Tensor>& full_params);
   // The full parameter values from an unsharded buffer holding every rank's master shard
   // (as gathered by a full-state all-gather), in layout order.
   std::vector<at::Tensor> unflatten(const at::Tensor& full_master) const;
@@ -41,8 +42,10 @@ class FlatGroup {
   // Persistent per-rank state.
   at::Tensor& master() { return master_; }
   const at::Tensor& master() const { return master_; }
-  at::Tensor& main_grad() { return main_grad_; }
-  const at::Tensor& main_grad() const { return main_grad_; }
+  // Allocated (zeroed) at the first call, on the compute thread: Context does it when the
+  // first microbatch begins, so set-up touches no gradient page (docs/large-models.md).
+  at::Tensor& main_grad();
+  int64_t main_grad_bytes() const;  // what main_grad() holds or will hold; 0 if frozen
 
   // What this rank sends in the all-gather: the master shard in the compute dtype.
   const void* gather_input();
@@ -80,6 +83,7 @@ class FlatGroup {
   c10::ScalarType storage_;
   c10::ScalarType compute_;
   c10::ScalarType reduce_;
+  c10::ScalarType main_grad_dtype_;
   int64_t shard_rank_;
   void* unsharded_;
   at::Device device_;

@@ -18,7 +18,7 @@ struct MemoryBreakdown {
   // there is no "other" (the host's RSS does not hold the device's state).
   std::string device = "cpu";
   int64_t runtime_base = 0;     // RSS after LibTorch started, before the model loaded
-  int64_t model_as_loaded = 0;  // the model file's tensors, freed unit by unit during set-up
+  int64_t model_as_loaded = 0;  // bytes of the model file set-up read: buffers, slices
   int64_t setup_peak_rss = 0;   // RSS high-water mark of set-up (load, shard, connect)
   int64_t sharded_params = 0;
   int64_t main_grads = 0;

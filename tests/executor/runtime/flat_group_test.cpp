@@ -109,7 +109,7 @@ TEST(FlatGroup, MainGradientsAreFloat32UnderAHalfPrecisionReduceDtype) {
                                                             {"float64", at::kDouble}}) {
     schema::Policy policy;
     policy.reduce_dtype = reduce;
-    const FlatGroup group(layout, policy, 0, nullptr);
+    FlatGroup group(layout, policy, 0, nullptr);
     EXPECT_EQ(group.main_grad().scalar_type(), main) << reduce;
     EXPECT_EQ(group.reduce_dtype(), planner::scalar_type_of(reduce)) << reduce;
   }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "planner/torchscript/mapped_archive.h"
 #include "schema/digest.h"
 #include "schema/error.h"
 #include "schema/file_descriptor.h"
@@ -173,9 +174,10 @@ RankFileEntry write_rank_file(const std::string& path, const RankState& state,
           schema::sha256_file_hex(path)};
 }
 
-RankState read_rank_file(const std::string& checkpoint, const RankFileEntry& entry, int64_t step,
-                         c10::optional<at::Device> device) {
-  const std::string path = checkpoint + "/" + entry.file;
+namespace {
+
+// The rank file is the regular file the manifest lists, of its size and sha256.
+void check_rank_file(const std::string& path, const RankFileEntry& entry) {
   const std::string fix = "; use another checkpoint";
   struct stat info {};
   if (::lstat(path.c_str(), &info) != 0) {
@@ -201,6 +203,61 @@ RankState read_rank_file(const std::string& checkpoint, const RankFileEntry& ent
   if (schema::sha256_file_hex(path) != entry.sha256) {
     fail(ExitCode::kUsage, path + " does not match its sha256 in the manifest (corrupt)" + fix);
   }
+}
+
+void check_rank_and_step(const std::string& path, int64_t rank, int64_t step,
+                         const RankFileEntry& entry, int64_t expected_step) {
+  if (rank != entry.rank || step != expected_step) {
+    fail(ExitCode::kUsage, path + " holds rank " + std::to_string(rank) + " of step " +
+                               std::to_string(step) + ", but the manifest lists it as rank " +
+                               std::to_string(entry.rank) + " of step " +
+                               std::to_string(expected_step) + "; use another checkpoint");
+  }
+}
+
+// What read_tensors reads, from the module an archive was loaded as.
+void attribute_tensors(const torch::jit::Module& module, const std::string& key,
+                       std::vector<std::string>& names, std::vector<at::Tensor>& values) {
+  const int64_t size = module.attr(key + "/size").toTensor().item<int64_t>();
+  for (int64_t i = 0; i < size; ++i) {
+    values.push_back(module.attr(key + "/" + std::to_string(i)).toTensor());
+    names.push_back(module.attr(key + "/" + std::to_string(i) + "/name").toStringRef());
+  }
+}
+
+}  // namespace
+
+MappedRankFile map_rank_file(const std::string& checkpoint, const RankFileEntry& entry,
+                             int64_t step) {
+  const std::string path = checkpoint + "/" + entry.file;
+  check_rank_file(path, entry);
+  MappedRankFile file;
+  try {
+    const torch::jit::Module module =
+        planner::load_mapped_archive(path, nullptr, planner::Mapping::kAll);
+    const std::string format = module.attr("format").toStringRef();
+    if (format != kCheckpointFormat) {
+      fail(ExitCode::kUsage, path + " is format '" + format + "', not " + kCheckpointFormat +
+                                 "; use another checkpoint");
+    }
+    file.rank = module.attr("rank").toTensor().item<int64_t>();
+    check_rank_and_step(path, file.rank, module.attr("step").toTensor().item<int64_t>(), entry,
+                        step);
+    attribute_tensors(module, "shards", file.shard_names, file.shards);
+    attribute_tensors(module, "buffers", file.buffer_names, file.buffers);
+  } catch (const c10::Error& e) {
+    fail(ExitCode::kUsage, path + " cannot be read as a rank file (" +
+                               first_line(e.what_without_backtrace()) +
+                               "); use another checkpoint");
+  }
+  return file;
+}
+
+RankState read_rank_file(const std::string& checkpoint, const RankFileEntry& entry, int64_t step,
+                         c10::optional<at::Device> device) {
+  const std::string path = checkpoint + "/" + entry.file;
+  const std::string fix = "; use another checkpoint";
+  check_rank_file(path, entry);
   RankState state;
   try {
     // From the file, record by record: its bytes and its tensors are never in memory at once,
@@ -227,12 +284,7 @@ RankState read_rank_file(const std::string& checkpoint, const RankFileEntry& ent
     fail(ExitCode::kUsage, path + " cannot be read as a rank file (" +
                                first_line(e.what_without_backtrace()) + ")" + fix);
   }
-  if (state.rank != entry.rank || state.step != step) {
-    fail(ExitCode::kUsage, path + " holds rank " + std::to_string(state.rank) + " of step " +
-                               std::to_string(state.step) + ", but the manifest lists it as rank " +
-                               std::to_string(entry.rank) + " of step " + std::to_string(step) +
-                               fix);
-  }
+  check_rank_and_step(path, state.rank, state.step, entry, step);
   return state;
 }
 

@@ -57,6 +57,19 @@ RankFileEntry write_rank_file(const std::string& path, const RankState& state,
 RankState read_rank_file(const std::string& checkpoint, const RankFileEntry& entry, int64_t step,
                          c10::optional<at::Device> device = c10::nullopt);
 
+// A rank file's shards and buffers, mapped rather than read (planner/torchscript/
+// mapped_archive.h): export streams them out without holding them. Checked as read_rank_file
+// checks it; the optimizer state and RNG are not read.
+struct MappedRankFile {
+  int64_t rank = 0;
+  std::vector<std::string> shard_names;
+  std::vector<at::Tensor> shards;
+  std::vector<std::string> buffer_names;
+  std::vector<at::Tensor> buffers;
+};
+MappedRankFile map_rank_file(const std::string& checkpoint, const RankFileEntry& entry,
+                             int64_t step);
+
 // Writes `bytes` to `path` and fsyncs it; Error(kIo) naming the path.
 void write_durably(const std::string& path, const std::string& bytes);
 // fsync of a directory, so the entries made in it survive a crash (best effort).

@@ -10,8 +10,10 @@
 #include "executor/train/checkpoint.h"
 #include "executor/train/checkpoint_format.h"
 #include "executor/train/reshard.h"
+#include "planner/torchscript/mapped_archive.h"
 #include "planner/torchscript/model_check.h"
 #include "planner/torchscript/torch_model.h"
+#include "safetensors/safetensors.h"
 #include "schema/digest.h"
 #include "schema/error.h"
 #include "schema/plan_check.h"
@@ -33,29 +35,62 @@ std::string read_text(const std::string& path) {
 
 }  // namespace
 
-ExportSummary export_model(const std::string& checkpoint_arg, const std::string& out_path,
-                           const std::string& model_path) {
+namespace {
+
+// What both formats start from: the checkpoint, opened as resume opens it, and the model it
+// was trained from (mapped: its tensors are read only where export reads them), which must be
+// of the checkpoint plan's structure.
+struct ExportSource {
   ExportSummary summary;
+  SavedCheckpoint saved;
+  torch::jit::Module module;
+};
+
+ExportSource open_export(const std::string& checkpoint_arg, const std::string& model_path) {
+  ExportSource source;
+  ExportSummary& summary = source.summary;
   summary.checkpoint = resolve_checkpoint(checkpoint_arg, "exporting");
   const std::string& checkpoint = summary.checkpoint;
-  const SavedCheckpoint saved = open_checkpoint(checkpoint);  // as resume and reshard open it
-  const Manifest& manifest = saved.manifest;
+  source.saved = open_checkpoint(checkpoint);  // as resume and reshard open it
+  const Manifest& manifest = source.saved.manifest;
   summary.step = manifest.step;
-  const schema::Plan& plan = saved.plan;
-
   summary.model_path = model_path.empty() ? manifest.model_path : model_path;
   std::error_code error;
   if (model_path.empty() && !fs::exists(summary.model_path, error)) {
     fail(ExitCode::kUsage, checkpoint + " was trained from " + summary.model_path +
                                ", which does not exist any more; pass the model file with --model");
   }
-  torch::jit::Module module = planner::load_module(summary.model_path);
+  source.module = planner::load_module(summary.model_path);
   planner::require_plan_fits_model(
-      plan, planner::extract_model(module, summary.model_path), summary.model_path,
-      "the plan of " + checkpoint,
+      source.saved.plan, planner::extract_model(source.module, summary.model_path),
+      summary.model_path, "the plan of " + checkpoint,
       {"pass the model file the run trained with --model",
        "the checkpoint's plan.json was edited or damaged (its structural hash still matches the "
        "model); use another checkpoint"});
+  return source;
+}
+
+const RankFileEntry& rank_entry(const std::string& checkpoint, const Manifest& manifest,
+                                int64_t rank) {
+  const auto entry = std::find_if(manifest.ranks.begin(), manifest.ranks.end(),
+                                  [&](const RankFileEntry& e) { return e.rank == rank; });
+  if (entry == manifest.ranks.end()) {
+    fail(ExitCode::kUsage, checkpoint + "/" + kManifestFile + " lists no file for rank " +
+                               std::to_string(rank) + "; use another checkpoint");
+  }
+  return *entry;
+}
+
+}  // namespace
+
+ExportSummary export_model(const std::string& checkpoint_arg, const std::string& out_path,
+                           const std::string& model_path) {
+  ExportSource source = open_export(checkpoint_arg, model_path);
+  const ExportSummary& summary = source.summary;
+  const std::string& checkpoint = summary.checkpoint;
+  const Manifest& manifest = source.saved.manifest;
+  const schema::Plan& plan = source.saved.plan;
+  torch::jit::Module& module = source.module;
 
   // Replica 0 holds every shard once: ranks 0 .. shard_size-1 are its shard ranks in order.
   const std::vector<std::string> names = trainable_group_names(plan);
@@ -68,12 +103,7 @@ ExportSummary export_model(const std::string& checkpoint_arg, const std::string&
   std::vector<std::vector<at::Tensor>> shards(names.size());
   RankState first;
   for (int64_t rank = 0; rank < plan.mesh.shard_size; ++rank) {
-    const auto entry = std::find_if(manifest.ranks.begin(), manifest.ranks.end(),
-                                    [&](const RankFileEntry& e) { return e.rank == rank; });
-    if (entry == manifest.ranks.end()) {
-      fail(ExitCode::kUsage, checkpoint + "/" + kManifestFile + " lists no file for rank " +
-                                 std::to_string(rank) + "; use another checkpoint");
-    }
+    const RankFileEntry* entry = &rank_entry(checkpoint, manifest, rank);
     // On the CPU, whatever device training ran on: export needs no accelerator.
     RankState state = read_rank_file(checkpoint, *entry, manifest.step, at::kCPU);
     if (state.shard_names != names) {
@@ -127,6 +157,109 @@ ExportSummary export_model(const std::string& checkpoint_arg, const std::string&
   std::ostringstream bytes;
   module.save(bytes, {{"mfsdp_checkpoint.json", read_text(checkpoint + "/" + kManifestFile)}});
   schema::write_file_atomically(out_path, bytes.str());
+  return summary;
+}
+
+}  // namespace mfsdp::executor
+
+namespace mfsdp::executor {
+namespace {
+
+// One output tensor as the ranges of mapped tensors its bytes come from, in order.
+struct StreamedTensor {
+  std::string name;
+  safetensors::Dtype dtype;
+  std::vector<int64_t> shape;
+  std::vector<at::Tensor> pieces;  // 1-d slices of shards (mapped) or a whole frozen value
+};
+
+safetensors::Dtype file_dtype(c10::ScalarType type, const std::string& what) {
+  const std::string name = planner::dtype_name_of(type, what);
+  const auto dtype = safetensors::dtype_from_schema(name);
+  if (!dtype) fail(ExitCode::kUsage, what + " is " + name + ", which safetensors cannot hold");
+  return *dtype;
+}
+
+}  // namespace
+
+ExportSummary export_safetensors(const std::string& checkpoint_arg, const std::string& out_dir,
+                                 int64_t max_file_bytes, const std::string& model_path) {
+  ExportSource source = open_export(checkpoint_arg, model_path);
+  ExportSummary& summary = source.summary;
+  const std::string& checkpoint = summary.checkpoint;
+  const Manifest& manifest = source.saved.manifest;
+  const schema::Plan& plan = source.saved.plan;
+
+  // Replica 0's shard ranks hold every shard once, mapped: a slice is read when it is written.
+  const std::vector<std::string> names = trainable_group_names(plan);
+  std::vector<MappedRankFile> ranks;
+  for (int64_t rank = 0; rank < plan.mesh.shard_size; ++rank) {
+    const RankFileEntry& entry = rank_entry(checkpoint, manifest, rank);
+    ranks.push_back(map_rank_file(checkpoint, entry, manifest.step));
+    if (ranks.back().shard_names != names) {
+      fail(ExitCode::kUsage, checkpoint + "/" + entry.file +
+                                 " holds shards of another layout than its plan says; use "
+                                 "another checkpoint");
+    }
+  }
+  std::map<std::string, at::Tensor> frozen;
+  for (const auto& p : source.module.named_parameters(/*recurse=*/true)) frozen[p.name] = p.value;
+
+  std::vector<StreamedTensor> out;
+  size_t next = 0;
+  for (const auto& unit : plan.units) {
+    for (size_t g = 0; g < unit.groups.size(); ++g) {
+      const schema::Group& group = unit.groups[g];
+      const bool trainable = schema::has_gradient(group);
+      const size_t shard = trainable ? next++ : 0;
+      const std::string what = shard_name(unit, g);
+      for (const auto& p : group.params) {
+        StreamedTensor tensor{p.name, {}, p.shape, {}};
+        if (!trainable) {  // frozen: the model file's values stand
+          const at::Tensor value = frozen.at(p.name).contiguous().reshape({-1});
+          tensor.dtype = file_dtype(value.scalar_type(), p.name);
+          tensor.pieces.push_back(value);
+          out.push_back(std::move(tensor));
+          continue;
+        }
+        tensor.dtype = file_dtype(planner::scalar_type_of(group.dtype), p.name);
+        for (int64_t r = 0; r < plan.mesh.shard_size; ++r) {
+          const at::Tensor& values = ranks[static_cast<size_t>(r)].shards[shard];
+          if (values.dim() != 1 || values.numel() != group.shard_numel ||
+              values.scalar_type() != planner::scalar_type_of(group.dtype)) {
+            fail(ExitCode::kUsage, checkpoint + "/" + rank_file_name(r) + " holds " +
+                                       std::to_string(values.numel()) + " elements of " + what +
+                                       ", its plan " + std::to_string(group.shard_numel) + " of " +
+                                       group.dtype + " per rank; use another checkpoint");
+          }
+          const int64_t begin = r * group.shard_numel;
+          const int64_t lo = std::max(begin, p.offset);
+          const int64_t hi = std::min(begin + group.shard_numel, p.offset + p.numel);
+          if (hi > lo) tensor.pieces.push_back(values.narrow(0, lo - begin, hi - lo));
+        }
+        out.push_back(std::move(tensor));
+      }
+    }
+  }
+  const MappedRankFile& first = ranks.front();
+  for (size_t i = 0; i < first.buffer_names.size(); ++i) {
+    const at::Tensor value = first.buffers[i].contiguous();
+    out.push_back({first.buffer_names[i],
+                   file_dtype(value.scalar_type(), first.buffer_names[i]),
+                   value.sizes().vec(),
+                   {value.reshape({-1})}});
+  }
+
+  safetensors::ShardedWriter writer(out_dir, static_cast<uint64_t>(max_file_bytes));
+  for (const StreamedTensor& tensor : out) writer.declare(tensor.name, tensor.dtype, tensor.shape);
+  for (const StreamedTensor& tensor : out) {
+    for (const at::Tensor& piece : tensor.pieces) {
+      writer.write(tensor.name, piece.data_ptr(), piece.nbytes());
+      planner::release_mapped_pages(piece);  // written: its pages go back
+    }
+  }
+  writer.finish();
+  summary.files = writer.file_names();
   return summary;
 }
 

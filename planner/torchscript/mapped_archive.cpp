@@ -202,7 +202,16 @@ std::optional<size_t> marked_record(c10::StorageImpl& storage,
 
 }  // namespace
 
-torch::jit::Module load_mapped_archive(const std::string& path, MappedArchiveStats* stats) {
+void release_mapped_pages(const at::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.has_storage() || !tensor.is_contiguous()) return;
+  const c10::DataPtr& data = tensor.storage().data_ptr();
+  if (data.get_deleter() != &free_mapped_storage) return;
+  const auto* storage = static_cast<const MappedStorage*>(data.get_context());
+  storage->map->release(static_cast<const char*>(tensor.data_ptr()), tensor.nbytes());
+}
+
+torch::jit::Module load_mapped_archive(const std::string& path, MappedArchiveStats* stats,
+                                       Mapping mapping) {
   const ZipDirectory directory = read_zip_directory(path);
   caffe2::serialize::PyTorchStreamReader reader(path);
   std::vector<MappedRecord> mapped = mappable_records(directory, reader, path);
@@ -225,7 +234,7 @@ torch::jit::Module load_mapped_archive(const std::string& path, MappedArchiveSta
       found[*i] = true;
       char* begin = map->at(mapped[*i].offset);
       const size_t bytes = mapped[*i].size;
-      if (parameter) {
+      if (parameter || mapping == Mapping::kAll) {
         storage->set_data_ptr_noswap(at::DataPtr(begin, new MappedStorage{map, begin, bytes},
                                                  &free_mapped_storage, at::kCPU));
         counted.mapped_bytes += static_cast<int64_t>(bytes);

@@ -20,11 +20,22 @@ struct MappedArchiveStats {
   int64_t mapped_bytes = 0;     // of those, left on the file map (read only where read)
 };
 
-// torch::jit::load(path, kCPU) with large tensor records mapped instead of read. Parameter
-// storages stay mapped; every other tensor's (buffers, plain tensor attributes) is copied
-// into memory at once, so a module that writes its buffers never writes to the map. Throws
-// what torch::jit::load throws for a file that is not TorchScript, and Error(kModel) for a
-// damaged zip directory.
-torch::jit::Module load_mapped_archive(const std::string& path, MappedArchiveStats* stats);
+// Which tensors stay on the map.
+enum class Mapping {
+  kParameters,  // parameters; every other tensor is copied into memory at once, so a module
+                // that writes its buffers never writes to the map
+  kAll,         // every tensor: for archives only read (checkpoint rank files by export)
+};
+
+// torch::jit::load(path, kCPU) with large tensor records mapped instead of read. Throws what
+// torch::jit::load throws for a file that is not TorchScript, and Error(kModel) for a damaged
+// zip directory.
+torch::jit::Module load_mapped_archive(const std::string& path, MappedArchiveStats* stats,
+                                       Mapping mapping = Mapping::kParameters);
+
+// Gives back the pages wholly inside `tensor`'s bytes when its storage is mapped (a no-op for
+// any other tensor): a reader that copied them out keeps only what it still needs resident.
+// The tensor stays valid; reading it again reads the file again.
+void release_mapped_pages(const at::Tensor& tensor);
 
 }  // namespace mfsdp::planner

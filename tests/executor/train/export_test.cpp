@@ -2,12 +2,14 @@
 // C++ and in Python, and `mfsdp export` does it from the command line.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include <torch/script.h>
 
 #include "executor/train/export.h"
+#include "safetensors/safetensors.h"
 #include "schema/error.h"
 #include "tests/cli/cli_test_support.h"
 #include "tests/executor/train/checkpoint_runs.h"
@@ -178,6 +180,63 @@ TEST(ExportCli, FailureLeavesAnEarlierOutputAlone) {
                                 "/missing_dir does not exist"),
             std::string::npos)
       << unwritable.err;
+}
+
+// safetensors: every trained parameter once under its own name, bit for bit what training
+// ended with (trained_checkpoint's reference is the run's full parameters), in files of at
+// most the cap, read back by the reader that takes Python's files byte for byte.
+TEST(SafetensorsExport, GivesEveryTrainedParameterOnceByName) {
+  const std::string dir = fresh_dir("export_safetensors");
+  std::map<std::string, at::Tensor> trained;
+  const std::string checkpoint = trained_checkpoint(dir, 2, &trained);
+  const std::string out = dir + "/weights";
+  const executor::ExportSummary summary =
+      executor::export_safetensors(dir + "/ckpt", out, 30 * 1000);
+  EXPECT_EQ(summary.checkpoint, checkpoint);
+  EXPECT_GT(summary.files.size(), 2u);
+  const safetensors::Checkpoint weights(out);
+  // The tied head is the embedding: written once, under the first name (as transformers does).
+  EXPECT_EQ(weights.find("lm_head.weight"), nullptr);
+  size_t compared = 0;
+  for (const auto& [name, value] : trained) {
+    if (name == "lm_head.weight") continue;
+    const safetensors::Checkpoint::Entry& entry = weights.at(name);
+    EXPECT_EQ(entry.info->dtype, safetensors::Dtype::kF32) << name;
+    EXPECT_EQ(entry.info->shape, value.sizes().vec()) << name;
+    const at::Tensor expected = value.contiguous();
+    ASSERT_EQ(entry.info->byte_size(), expected.nbytes()) << name;
+    EXPECT_EQ(std::memcmp(entry.file->data(*entry.info), expected.data_ptr(), expected.nbytes()), 0)
+        << name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, trained.size() - 1);
+  EXPECT_EQ(weights.tensors().size(), compared);  // tied_lm has no buffers
+  for (const auto& file : weights.files()) {
+    uint64_t bytes = 0;
+    for (const auto& tensor : file->tensors()) bytes += tensor.byte_size();
+    EXPECT_TRUE(bytes <= 30 * 1000 || file->tensors().size() == 1) << file->path();
+  }
+}
+
+TEST(ExportCli, WritesSafetensorsAndRefusesABadFileSize) {
+  const std::string dir = fresh_dir("export_cli_safetensors");
+  const std::string checkpoint = trained_checkpoint(dir, 1);
+  const RunResult r = mfsdp({"export", checkpoint, "--format", "safetensors", "-o", dir + "/out/"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err,
+            "mfsdp export: " + checkpoint + " (step 1) -> " + dir + "/out/ (1 safetensors file)\n");
+  // Under the 5 GB default, one file and no index.
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir + "/out"), fs::directory_iterator()), 1);
+  EXPECT_NO_THROW(safetensors::Checkpoint(dir + "/out/model.safetensors"));
+
+  const RunResult zero = mfsdp({"export", checkpoint, "--format", "safetensors", "-o",
+                                dir + "/zero", "--max-file-size", "0"});
+  EXPECT_EQ(zero.exit_code, 2);
+  EXPECT_EQ(zero.err, "mfsdp: error: --max-file-size must be at least 1 byte; got 0\n");
+  EXPECT_FALSE(fs::exists(dir + "/zero"));
+  const RunResult format = mfsdp({"export", checkpoint, "--format", "onnx", "-o", dir + "/x"});
+  EXPECT_EQ(format.exit_code, 2);
+  EXPECT_EQ(line_count(format.err), 1u) << format.err;
 }
 
 }  // namespace

@@ -437,6 +437,11 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--model", t.model_path,
                   "TorchScript model (default: the plan's model.path, relative to the plan file's "
                   "directory)");
+  cmd->add_option("--init-from", t.context.init_from,
+                  "Start from these weights instead of the model file's: a .safetensors file, or "
+                  "a directory with model.safetensors.index.json (each rank reads only its "
+                  "slices; floating dtypes are converted; docs/large-models.md)")
+      ->check(CLI::ExistingPath);
 
   add_launcher_flags(*cmd, flags->launcher, "the plan's world size / --nnodes");
 

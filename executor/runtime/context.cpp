@@ -62,6 +62,9 @@ int Context::world_size() const {
 at::Device Context::device() const {
   return impl_->device;
 }
+const std::string& Context::weights_description() const {
+  return impl_->weights_description;
+}
 const std::string& Context::device_description() const {
   return impl_->runtime->description();
 }

@@ -41,6 +41,10 @@ struct ContextOptions {
   // NCCL, see docs/gpu.md) or "auto" (cuda when every rank can use a GPU, else cpu).
   // Context::device_description() says what was chosen and, for auto's cpu, why.
   std::string device = "cpu";
+  // Initial parameter values from Hugging Face safetensors (a file, or a directory with
+  // model.safetensors.index.json) instead of the model file's; empty: the model file's.
+  // Context::weights_description() says what was read (docs/large-models.md).
+  std::string init_from;
 };
 
 struct ContextStats {
@@ -94,6 +98,9 @@ class Context {
   at::Device device() const;
   // "cpu", or "cuda:0 (NVIDIA H200, PCI ...)"; for an auto choice of cpu, also why.
   const std::string& device_description() const;
+  // Where the initial parameters came from: "the model file", or the --init-from file, its
+  // tensor count and dtype conversions.
+  const std::string& weights_description() const;
 
   // Gradient accumulation: call before each microbatch's forward. Plain FSDP reduce-scatters
   // into the sharded main gradients every microbatch; HSDP also all-reduces them across

@@ -62,6 +62,10 @@ void load_and_check_model(Impl& impl, const std::string& plan_path, const std::s
        "difference)",
        "the plan was edited after mfsdp plan wrote it (its structural hash still matches the "
        "model); re-plan"});
+  if (!impl.options.init_from.empty()) {
+    impl.init = std::make_unique<InitialWeights>(impl.options.init_from, impl.plan, impl.module);
+    impl.weights_description = impl.init->description();
+  }
 }
 
 // 3. The other ranks, and the check that every rank runs the same plan on the same model
@@ -72,7 +76,8 @@ void meet_ranks(Impl& impl, const LaunchEnv& env) {
   // The model file's zip directory names every record with its size and CRC-32: comparing
   // it costs a few KB of reading where hashing the file would read all of it on every rank.
   const std::string mine = schema::sha256_hex(schema::dump_plan(impl.plan)) +
-                           planner::read_zip_directory(impl.model_path).digest;
+                           planner::read_zip_directory(impl.model_path).digest +
+                           (impl.init ? impl.init->layout_digest() : "");
   const std::vector<std::string> all = impl.rendezvous->exchange("mfsdp/plan-check", mine);
   std::string differing;
   for (size_t r = 1; r < all.size(); ++r) {
@@ -80,8 +85,10 @@ void meet_ranks(Impl& impl, const LaunchEnv& env) {
   }
   if (!differing.empty()) {
     fail(ExitCode::kUsage, "rank(s) " + differing +
-                               " were given a different plan or model than rank 0; give every "
-                               "rank the same plan and model files");
+                               (impl.init ? " were given a different plan, model or --init-from "
+                                            "weights than rank 0; give every rank the same files"
+                                          : " were given a different plan or model than rank 0; "
+                                            "give every rank the same plan and model files"));
   }
 }
 
@@ -130,9 +137,15 @@ void shard_parameters(Impl& impl) {
                                impl.device);
       offset += unit.groups.back().unsharded_bytes();
       unit.bindings.push_back(attributes.locate(group));
-      impl.model_bytes += unit.groups.back().load(current_values(unit.bindings.back()));
+      impl.model_bytes += unit.groups.back().load(impl.init ? impl.init->values(group)
+                                                            : current_values(unit.bindings.back()));
+      if (impl.init) impl.init->release(group);
     }
     for (const GroupBinding& binding : unit.bindings) drop_full_values(binding, impl.device);
+  }
+  if (impl.init) {
+    impl.init->load_buffers(impl.module);
+    impl.init.reset();  // its files are unmapped
   }
   // Buffers (and the parameters' empty placeholders) move to the device.
   if (!impl.device.is_cpu()) impl.module.to(impl.device);

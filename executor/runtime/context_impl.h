@@ -19,6 +19,7 @@
 #include "executor/runtime/context.h"
 #include "executor/runtime/context_phase.h"
 #include "executor/runtime/flat_group.h"
+#include "executor/runtime/initial_weights.h"
 #include "executor/runtime/param_binding.h"
 #include "executor/runtime/runtime.h"
 #include "executor/runtime/timeline.h"
@@ -55,7 +56,9 @@ struct Context::Impl : planner::UnitHooks {
   ContextOptions options;
   schema::Plan plan;
   torch::jit::Module module;
-  std::string model_path;  // as create() was given it
+  std::string model_path;                // as create() was given it
+  std::unique_ptr<InitialWeights> init;  // --init-from, during create() only
+  std::string weights_description = "the model file";
   std::unique_ptr<Rendezvous> rendezvous;
   int rank = 0;
   int shard_rank = 0;  // within the shard group: rank = replica * shard_size + shard_rank

@@ -149,6 +149,9 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
         << data_config.global_batch << " = " << ctx->world_size() << " rank(s) x " << microbatches
         << " microbatch(es) x " << data_config.global_batch / ctx->world_size() / microbatches
         << std::endl;
+    if (!config.context.init_from.empty()) {
+      out << "mfsdp run: initial weights from " << ctx->weights_description() << std::endl;
+    }
   }
 
   Progress progress(config, out, data_config.global_batch);

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cli/cli_test_support.h"
+#include "tests/run/metrics_losses.h"
 
 namespace mfsdp::testing {
 namespace {
@@ -59,17 +60,6 @@ std::vector<std::string> torchrun_test_flags(const std::string& plan, const std:
           out + ".jsonl",
           "--save-model",
           out + ".pt"};
-}
-
-// step -> loss, from rank 0's lines.
-std::map<int64_t, double> rank0_losses(const std::string& metrics) {
-  std::map<int64_t, double> out;
-  std::istringstream lines(read_file(metrics));
-  for (std::string line; std::getline(lines, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("loss") && j.at("rank") == 0) out[j.at("step")] = j.at("loss");
-  }
-  return out;
 }
 
 bool has_control_bytes(const std::string& text) {

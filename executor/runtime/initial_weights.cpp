@@ -1,0 +1,191 @@
+#include "executor/runtime/initial_weights.h"
+
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "planner/torchscript/torch_model.h"
+#include "safetensors/safetensors.h"
+#include "schema/digest.h"
+#include "schema/error.h"
+
+namespace mfsdp::executor {
+
+struct InitialWeights::Match {
+  const schema::Group* group = nullptr;
+  size_t index = 0;
+  std::string name;  // the module's name for it (a buffer's), or the file's (a parameter's)
+  const safetensors::File* file = nullptr;
+  const safetensors::TensorInfo* info = nullptr;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+};
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::ostringstream text;
+  text << "[";
+  for (size_t i = 0; i < shape.size(); ++i) text << (i ? ", " : "") << shape[i];
+  text << "]";
+  return text.str();
+}
+
+// The first few of a list, then how many more: the whole message stays one readable line.
+std::string listed(const std::string& what, const std::vector<std::string>& items) {
+  constexpr size_t kShown = 5;
+  std::string text = what + " (" + std::to_string(items.size()) + "): ";
+  for (size_t i = 0; i < items.size() && i < kShown; ++i) text += (i ? ", " : "") + items[i];
+  if (items.size() > kShown) text += ", and " + std::to_string(items.size() - kShown) + " more";
+  return text;
+}
+
+bool floating(c10::ScalarType type) {
+  return c10::isFloatingType(type);
+}
+
+}  // namespace
+
+InitialWeights::InitialWeights(const std::string& path, const schema::Plan& plan,
+                               const torch::jit::Module& module)
+    : file_(std::make_unique<safetensors::Checkpoint>(path)) {
+  std::set<std::string> used;
+  std::vector<std::string> missing, unexpected, wrong_shape, wrong_dtype;
+  std::map<std::string, int> conversions;  // "bfloat16 -> float32" -> tensors
+  auto check = [&](Match& match, const safetensors::Checkpoint::Entry& entry,
+                   const std::vector<int64_t>& shape, c10::ScalarType want) {
+    match.file = entry.file;
+    match.info = entry.info;
+    used.insert(entry.info->name);
+    if (entry.info->shape != shape) {
+      wrong_shape.push_back(entry.info->name + " " + shape_text(entry.info->shape) +
+                            " in the file, " + shape_text(shape) + " in the model");
+      return false;
+    }
+    const auto name = safetensors::schema_dtype(entry.info->dtype);
+    const c10::ScalarType have = name ? planner::scalar_type_of(*name) : c10::ScalarType::Undefined;
+    if (!name || (have != want && !(floating(have) && floating(want)))) {
+      wrong_dtype.push_back(entry.info->name + " " + safetensors::dtype_name(entry.info->dtype) +
+                            " in the file, " + planner::dtype_name_of(want, entry.info->name) +
+                            " in the model");
+      return false;
+    }
+    match.dtype = have;
+    if (have != want) {
+      ++conversions[*name + " -> " + planner::dtype_name_of(want, entry.info->name)];
+    }
+    return true;
+  };
+  for (const schema::Unit& unit : plan.units) {
+    for (const schema::Group& group : unit.groups) {
+      const c10::ScalarType want = planner::scalar_type_of(group.dtype);
+      for (size_t p = 0; p < group.params.size(); ++p) {
+        const schema::ParamLayout& param = group.params[p];
+        // A tied weight may be saved under any of its names (transformers keeps one).
+        const safetensors::Checkpoint::Entry* entry = file_->find(param.name);
+        for (size_t a = 0; !entry && a < param.aliases.size(); ++a) {
+          entry = file_->find(param.aliases[a]);
+        }
+        if (!entry) {
+          missing.push_back(param.name);
+          continue;
+        }
+        Match match;
+        match.group = &group;
+        match.index = p;
+        match.name = param.name;
+        if (check(match, *entry, param.shape, want)) params_.push_back(match);
+        for (const std::string& alias : param.aliases) used.insert(alias);
+        used.insert(param.name);
+      }
+    }
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) {
+    const safetensors::Checkpoint::Entry* entry = file_->find(b.name);
+    if (!entry) continue;  // the model file's value stands
+    Match match;
+    match.name = b.name;
+    if (check(match, *entry, b.value.sizes().vec(), b.value.scalar_type())) {
+      buffers_.push_back(match);
+    }
+  }
+  for (const auto& [name, entry] : file_->tensors()) {
+    if (!used.count(name)) unexpected.push_back(name);
+  }
+  std::vector<std::string> problems;
+  if (!missing.empty()) problems.push_back(listed("missing", missing));
+  if (!unexpected.empty()) problems.push_back(listed("unexpected", unexpected));
+  if (!wrong_shape.empty()) problems.push_back(listed("of another shape", wrong_shape));
+  if (!wrong_dtype.empty()) problems.push_back(listed("of another dtype", wrong_dtype));
+  if (!problems.empty()) {
+    std::string message = "--init-from " + path + " does not fit the model: ";
+    for (size_t i = 0; i < problems.size(); ++i) message += (i ? "; " : "") + problems[i];
+    fail(ExitCode::kUsage, message +
+                               "; nothing was trained. Save the tensors under the model's "
+                               "parameter names (the plan's units[].groups[].params[].name) in "
+                               "their shapes");
+  }
+  description_ = path + ": " + std::to_string(params_.size()) + " parameter(s)";
+  if (!buffers_.empty()) description_ += " and " + std::to_string(buffers_.size()) + " buffer(s)";
+  if (conversions.empty()) description_ += ", in their dtypes";
+  for (const auto& [conversion, count] : conversions) {
+    description_ += ", " + conversion + " for " + std::to_string(count);
+  }
+}
+
+InitialWeights::~InitialWeights() = default;
+
+std::string InitialWeights::layout_digest() const {
+  std::ostringstream text;
+  for (const auto& [name, entry] : file_->tensors()) {
+    text << name << ' ' << safetensors::dtype_name(entry.info->dtype) << ' '
+         << shape_text(entry.info->shape) << ' ' << entry.info->begin << ' ' << entry.info->end
+         << ' ' << entry.file->size() << '\n';
+  }
+  return schema::sha256_hex(text.str());
+}
+
+const InitialWeights::Match& InitialWeights::find(const schema::Group& group, size_t p) const {
+  for (const Match& match : params_) {
+    if (match.group == &group && match.index == p) return match;
+  }
+  fail(ExitCode::kInternal, "--init-from: no tensor matched " + group.params.at(p).name);
+}
+
+namespace {
+
+at::Tensor over_file(const safetensors::File& file, const safetensors::TensorInfo& info,
+                     c10::ScalarType dtype) {
+  // Read only: the tensor is a source of copies, never written.
+  return at::from_blob(const_cast<uint8_t*>(file.data(info)), info.shape,
+                       at::TensorOptions().dtype(dtype));
+}
+
+}  // namespace
+
+std::vector<at::Tensor> InitialWeights::values(const schema::Group& group) const {
+  std::vector<at::Tensor> out;
+  for (size_t p = 0; p < group.params.size(); ++p) {
+    const Match& match = find(group, p);
+    out.push_back(over_file(*match.file, *match.info, match.dtype));
+  }
+  return out;
+}
+
+void InitialWeights::release(const schema::Group& group) const {
+  for (size_t p = 0; p < group.params.size(); ++p) {
+    const Match& match = find(group, p);
+    match.file->release(*match.info);
+  }
+}
+
+void InitialWeights::load_buffers(torch::jit::Module& module) const {
+  at::NoGradGuard no_grad;
+  std::map<std::string, at::Tensor> buffers;
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) buffers[b.name] = b.value;
+  for (const Match& match : buffers_) {
+    buffers.at(match.name).copy_(over_file(*match.file, *match.info, match.dtype));
+    match.file->release(*match.info);
+  }
+}
+
+}  // namespace mfsdp::executor

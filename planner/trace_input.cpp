@@ -17,6 +17,7 @@
 #include "planner/torchscript/autograd_node.h"
 #include "planner/torchscript/host_memory.h"
 #include "planner/torchscript/instrumentation.h"
+#include "planner/torchscript/mapped_archive.h"
 #include "planner/torchscript/reference_compute.h"
 #include "planner/torchscript/torch_model.h"
 #include "planner/torchscript/unit_hooks.h"
@@ -450,6 +451,14 @@ TracedRun trace_unit_modules(const std::string& model_path,
                              const std::vector<bool>& checkpointed, int timed_steps) {
   host_memory::install();  // before the step's tensors, so that they are counted
   torch::jit::Module model = load_module(model_path);
+  for (const auto& t : model.named_attributes(/*recurse=*/true)) {
+    if (t.value.isTensor() && has_no_data(t.value.toTensor())) {
+      fail(ExitCode::kUsage, "--trace-input runs a step of the model, but " + model_path +
+                                 " is a skeleton (saved from the meta device; " + t.name +
+                                 " has no values); plan it without --trace-input, or trace the "
+                                 "full model file of the same structure");
+    }
+  }
   check_arguments(model, model_path, inputs);
   std::vector<bool> checkpoints = checkpointed;
   checkpoints.resize(unit_paths.size(), false);

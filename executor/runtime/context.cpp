@@ -62,6 +62,9 @@ int Context::world_size() const {
 at::Device Context::device() const {
   return impl_->device;
 }
+bool Context::model_is_skeleton() const {
+  return impl_->skeleton;
+}
 const std::string& Context::weights_description() const {
   return impl_->weights_description;
 }

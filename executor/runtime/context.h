@@ -101,6 +101,9 @@ class Context {
   // Where the initial parameters came from: "the model file", or the --init-from file, its
   // tensor count and dtype conversions.
   const std::string& weights_description() const;
+  // Whether the model file is a skeleton (saved from the meta device, no values): its values
+  // came from init_from, and nothing can be read from the file (no --save-model from it).
+  bool model_is_skeleton() const;
 
   // Gradient accumulation: call before each microbatch's forward. Plain FSDP reduce-scatters
   // into the sharded main gradients every microbatch; HSDP also all-reduces them across

@@ -62,6 +62,14 @@ void load_and_check_model(Impl& impl, const std::string& plan_path, const std::s
        "difference)",
        "the plan was edited after mfsdp plan wrote it (its structural hash still matches the "
        "model); re-plan"});
+  impl.skeleton = loaded.missing_bytes > 0;
+  if (impl.skeleton && impl.options.init_from.empty()) {
+    fail(ExitCode::kUsage, model_path +
+                               " is a skeleton: its tensors were saved from the meta device and "
+                               "hold no values; give the initial weights with --init-from "
+                               "WEIGHTS (safetensors), or train the full model file "
+                               "(docs/large-models.md)");
+  }
   if (!impl.options.init_from.empty()) {
     impl.init = std::make_unique<InitialWeights>(impl.options.init_from, impl.plan, impl.module);
     impl.weights_description = impl.init->description();

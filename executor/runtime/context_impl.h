@@ -59,6 +59,7 @@ struct Context::Impl : planner::UnitHooks {
   std::string model_path;                // as create() was given it
   std::unique_ptr<InitialWeights> init;  // --init-from, during create() only
   std::string weights_description = "the model file";
+  bool skeleton = false;  // the model file holds no values (docs/large-models.md)
   std::unique_ptr<Rendezvous> rendezvous;
   int rank = 0;
   int shard_rank = 0;  // within the shard group: rank = replica * shard_size + shard_rank

@@ -1,9 +1,12 @@
 #include "executor/runtime/initial_weights.h"
 
+#include <c10/core/CPUAllocator.h>
+
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "planner/torchscript/mapped_archive.h"
 #include "planner/torchscript/torch_model.h"
 #include "safetensors/safetensors.h"
 #include "schema/digest.h"
@@ -101,7 +104,12 @@ InitialWeights::InitialWeights(const std::string& path, const schema::Plan& plan
   }
   for (const auto& b : module.named_buffers(/*recurse=*/true)) {
     const safetensors::Checkpoint::Entry* entry = file_->find(b.name);
-    if (!entry) continue;  // the model file's value stands
+    if (!entry) {
+      // The model file's value stands, if it has one.
+      if (planner::has_no_data(b.value))
+        missing.push_back(b.name + " (a buffer the skeleton has no values for)");
+      continue;
+    }
     Match match;
     match.name = b.name;
     if (check(match, *entry, b.value.sizes().vec(), b.value.scalar_type())) {
@@ -183,7 +191,13 @@ void InitialWeights::load_buffers(torch::jit::Module& module) const {
   std::map<std::string, at::Tensor> buffers;
   for (const auto& b : module.named_buffers(/*recurse=*/true)) buffers[b.name] = b.value;
   for (const Match& match : buffers_) {
-    buffers.at(match.name).copy_(over_file(*match.file, *match.info, match.dtype));
+    at::Tensor& buffer = buffers.at(match.name);
+    // A skeleton's buffer gets memory of its own first (its aliases keep sharing it).
+    if (planner::has_no_data(buffer)) {
+      buffer.storage().set_data_ptr_noswap(
+          c10::GetCPUAllocator()->allocate(buffer.storage().nbytes()));
+    }
+    buffer.copy_(over_file(*match.file, *match.info, match.dtype));
     match.file->release(*match.info);
   }
 }

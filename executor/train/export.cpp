@@ -86,6 +86,14 @@ const RankFileEntry& rank_entry(const std::string& checkpoint, const Manifest& m
 ExportSummary export_model(const std::string& checkpoint_arg, const std::string& out_path,
                            const std::string& model_path) {
   ExportSource source = open_export(checkpoint_arg, model_path);
+  for (const auto& t : source.module.named_attributes(/*recurse=*/true)) {
+    if (t.value.isTensor() && planner::has_no_data(t.value.toTensor())) {
+      fail(ExitCode::kUsage, source.summary.model_path +
+                                 " is a skeleton (saved from the meta device, no values), and a "
+                                 "TorchScript export writes every tensor of the model; pass the "
+                                 "full model file with --model, or export --format safetensors");
+    }
+  }
   const ExportSummary& summary = source.summary;
   const std::string& checkpoint = summary.checkpoint;
   const Manifest& manifest = source.saved.manifest;
@@ -216,6 +224,12 @@ ExportSummary export_safetensors(const std::string& checkpoint_arg, const std::s
       for (const auto& p : group.params) {
         StreamedTensor tensor{p.name, {}, p.shape, {}};
         if (!trainable) {  // frozen: the model file's values stand
+          if (planner::has_no_data(frozen.at(p.name))) {
+            fail(ExitCode::kUsage, summary.model_path + " is a skeleton with no value for the " +
+                                       "frozen parameter " + p.name +
+                                       " (the checkpoint holds only trained ones); pass the "
+                                       "model file it came from with --model");
+          }
           const at::Tensor value = frozen.at(p.name).contiguous().reshape({-1});
           tensor.dtype = file_dtype(value.scalar_type(), p.name);
           tensor.pieces.push_back(value);

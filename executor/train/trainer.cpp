@@ -102,6 +102,13 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   options.record_timeline = !config.trace_path.empty();
   auto ctx = Context::create(config.plan_path, config.model_path, env, options);
   const bool lead = ctx->rank() == 0;
+  if (!config.save_model.empty() && ctx->model_is_skeleton()) {
+    fail(ExitCode::kUsage, "--save-model writes the model file with the trained values, but " +
+                               ctx->model_path() +
+                               " is a skeleton with no values to write around them; save "
+                               "checkpoints (--checkpoint-dir) and mfsdp export them with "
+                               "--format safetensors");
+  }
   if (Timeline* timeline = ctx->timeline()) timeline->set_enabled(false);
 
   DataConfig data_config = config.data;

@@ -202,6 +202,11 @@ std::optional<size_t> marked_record(c10::StorageImpl& storage,
 
 }  // namespace
 
+bool has_no_data(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.has_storage() && tensor.storage().nbytes() > 0 &&
+         tensor.storage().data() == nullptr;
+}
+
 void release_mapped_pages(const at::Tensor& tensor) {
   if (!tensor.defined() || !tensor.has_storage() || !tensor.is_contiguous()) return;
   const c10::DataPtr& data = tensor.storage().data_ptr();
@@ -254,6 +259,9 @@ torch::jit::Module load_mapped_archive(const std::string& path, MappedArchiveSta
         for (const auto& [storage, parameter] : walk.storages()) {
           counted.tensor_bytes += static_cast<int64_t>(storage->nbytes());
           if (parameter) counted.parameter_bytes += static_cast<int64_t>(storage->nbytes());
+          if (storage->nbytes() > 0 && storage->data() == nullptr) {
+            counted.missing_bytes += static_cast<int64_t>(storage->nbytes());
+          }
         }
         *stats = counted;
       }

@@ -18,7 +18,14 @@ struct MappedArchiveStats {
   int64_t tensor_bytes = 0;     // every storage the module holds, each once
   int64_t parameter_bytes = 0;  // of those, the storages parameters use
   int64_t mapped_bytes = 0;     // of those, left on the file map (read only where read)
+  // Of those, storages with no values at all: a skeleton, saved from the meta device, whose
+  // records are empty (LibTorch loads them as CPU storages of their size over no memory).
+  int64_t missing_bytes = 0;
 };
+
+// Whether `tensor` is one of a skeleton's: a storage of some size with no memory behind it.
+// Reading or writing it would crash; a skeleton's values must come from elsewhere.
+bool has_no_data(const at::Tensor& tensor);
 
 // Which tensors stay on the map.
 enum class Mapping {

@@ -2,6 +2,7 @@
 // safetensors trains exactly like a run from the other model's file. Both fixtures were
 // written by Python (tests/fixtures/safetensors/make_init_fixtures.py: Debian's torch and PyPI's
 // safetensors), not by mfsdp.
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,8 @@ namespace fs = std::filesystem;
 const std::string kInitModel = "tests/fixtures/tied_lm.pt";
 const std::string kChangedModel = "tests/fixtures/safetensors/tied_lm_changed.pt";
 const std::string kChangedWeights = "tests/fixtures/safetensors/tied_lm_changed.safetensors";
+// tied_lm.pt loaded onto the meta device and saved: its code and structure, no values.
+const std::string kSkeleton = "tests/fixtures/safetensors/tied_lm_skeleton.pt";
 
 std::string init_plan(const std::string& model, const std::string& name) {
   const std::string path = temp_path(name + ".plan.json");
@@ -57,6 +60,14 @@ TEST(InitFrom, TrainsExactlyLikeTheModelFileTheWeightsCameFrom) {
   const auto expected = rank0_losses(reference_metrics);
   ASSERT_EQ(expected.size(), 4u);
   EXPECT_EQ(rank0_losses(init_metrics), expected);
+  // From the skeleton of the same model, whose file holds no values at all: the same again.
+  const std::string skeleton_metrics = temp_path("init_skeleton.jsonl");
+  fs::remove(skeleton_metrics);
+  args = init_run(init_plan(kSkeleton, "init_skeleton"), skeleton_metrics);
+  args.insert(args.end(), {"--init-from", kChangedWeights});
+  const RunResult skeleton = mfsdp(args);
+  ASSERT_EQ(skeleton.exit_code, 0) << skeleton.err;
+  EXPECT_EQ(rank0_losses(skeleton_metrics), expected);
   // Not what the model file itself would train: the weights did come from the file.
   const std::string own_metrics = temp_path("init_own.jsonl");
   fs::remove(own_metrics);
@@ -131,6 +142,40 @@ TEST(InitFrom, WeightsThatDoNotFitAreOneLineWithExitTwoAndNothingTrained) {
       << run.err;
   EXPECT_EQ(run.out.find("step 1/"), std::string::npos) << run.out;
   EXPECT_FALSE(fs::exists(metrics) && fs::file_size(metrics) > 0);
+}
+
+// A skeleton has nothing to read: without weights, or where its values would be needed, one
+// line says what to do instead, before any step.
+TEST(InitFrom, ASkeletonWithoutWeightsIsRefusedWithTheOptions) {
+  const std::string plan = init_plan(kSkeleton, "skeleton_alone");
+  const RunResult run = mfsdp(init_run(plan, temp_path("skeleton_alone.jsonl")));
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("mfsdp: error: " + kRepo + "/" + kSkeleton +
+                         " is a skeleton: its tensors were saved from the meta device and hold "
+                         "no values; give the initial weights with --init-from WEIGHTS "
+                         "(safetensors), or train the full model file (docs/large-models.md)\n"),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.out.find("step 1/"), std::string::npos) << run.out;
+
+  std::vector<std::string> args = init_run(plan, temp_path("skeleton_save.jsonl"));
+  args.insert(args.end(),
+              {"--init-from", kChangedWeights, "--save-model", temp_path("skeleton_trained.pt")});
+  const RunResult save = mfsdp(args);
+  EXPECT_EQ(save.exit_code, 2) << save.err;
+  EXPECT_NE(save.err.find("is a skeleton with no values to write around them; save checkpoints "
+                          "(--checkpoint-dir) and mfsdp export them with --format safetensors"),
+            std::string::npos)
+      << save.err;
+  EXPECT_EQ(save.out.find("step 1/"), std::string::npos) << save.out;
+
+  const RunResult trace =
+      mfsdp({"plan", kSkeleton, "--world-size", "2", "--unit", "layers.*", "--trace-input",
+             "2x16:int64", "-o", temp_path("skeleton_traced.plan.json")});
+  EXPECT_EQ(trace.exit_code, 2) << trace.err;
+  EXPECT_NE(trace.err.find("is a skeleton (saved from the meta device; "), std::string::npos)
+      << trace.err;
+  EXPECT_EQ(std::count(trace.err.begin(), trace.err.end(), '\n'), 1) << trace.err;
 }
 
 }  // namespace

@@ -451,13 +451,11 @@ TracedRun trace_unit_modules(const std::string& model_path,
                              const std::vector<bool>& checkpointed, int timed_steps) {
   host_memory::install();  // before the step's tensors, so that they are counted
   torch::jit::Module model = load_module(model_path);
-  for (const auto& t : model.named_attributes(/*recurse=*/true)) {
-    if (t.value.isTensor() && has_no_data(t.value.toTensor())) {
-      fail(ExitCode::kUsage, "--trace-input runs a step of the model, but " + model_path +
-                                 " is a skeleton (saved from the meta device; " + t.name +
-                                 " has no values); plan it without --trace-input, or trace the "
-                                 "full model file of the same structure");
-    }
+  if (const auto empty = first_tensor_without_data(model)) {
+    fail(ExitCode::kUsage, "--trace-input runs a step of the model, but " + model_path +
+                               " is a skeleton (saved from the meta device; " + *empty +
+                               " has no values); plan it without --trace-input, or trace the "
+                               "full model file of the same structure");
   }
   check_arguments(model, model_path, inputs);
   std::vector<bool> checkpoints = checkpointed;

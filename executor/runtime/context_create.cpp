@@ -8,7 +8,6 @@
 #include "planner/torchscript/mapped_archive.h"
 #include "planner/torchscript/model_check.h"
 #include "planner/torchscript/torch_model.h"
-#include "planner/torchscript/zip_directory.h"
 #include "schema/digest.h"
 #include "schema/plan_json.h"
 #include "schema/plan_loader.h"
@@ -62,6 +61,7 @@ void load_and_check_model(Impl& impl, const std::string& plan_path, const std::s
        "difference)",
        "the plan was edited after mfsdp plan wrote it (its structural hash still matches the "
        "model); re-plan"});
+  impl.model_digest = loaded.directory_digest;
   impl.skeleton = loaded.missing_bytes > 0;
   if (impl.skeleton && impl.options.init_from.empty()) {
     fail(ExitCode::kUsage, model_path +
@@ -82,9 +82,9 @@ void meet_ranks(Impl& impl, const LaunchEnv& env) {
   impl.rendezvous = std::make_unique<Rendezvous>(env, impl.options.collective_timeout);
   impl.rank = env.rank;
   // The model file's zip directory names every record with its size and CRC-32: comparing
-  // it costs a few KB of reading where hashing the file would read all of it on every rank.
-  const std::string mine = schema::sha256_hex(schema::dump_plan(impl.plan)) +
-                           planner::read_zip_directory(impl.model_path).digest +
+  // its digest (taken as the model loaded) costs nothing more, where hashing the file would
+  // read all of it on every rank.
+  const std::string mine = schema::sha256_hex(schema::dump_plan(impl.plan)) + impl.model_digest +
                            (impl.init ? impl.init->layout_digest() : "");
   const std::vector<std::string> all = impl.rendezvous->exchange("mfsdp/plan-check", mine);
   std::string differing;

@@ -59,7 +59,8 @@ struct Context::Impl : planner::UnitHooks {
   std::string model_path;                // as create() was given it
   std::unique_ptr<InitialWeights> init;  // --init-from, during create() only
   std::string weights_description = "the model file";
-  bool skeleton = false;  // the model file holds no values (docs/large-models.md)
+  bool skeleton = false;     // the model file holds no values (docs/large-models.md)
+  std::string model_digest;  // its zip directory's, as it was loaded
   std::unique_ptr<Rendezvous> rendezvous;
   int rank = 0;
   int shard_rank = 0;  // within the shard group: rank = replica * shard_size + shard_rank

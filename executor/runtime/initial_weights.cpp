@@ -15,9 +15,7 @@
 namespace mfsdp::executor {
 
 struct InitialWeights::Match {
-  const schema::Group* group = nullptr;
-  size_t index = 0;
-  std::string name;  // the module's name for it (a buffer's), or the file's (a parameter's)
+  std::string name;  // the module's name for it
   const safetensors::File* file = nullptr;
   const safetensors::TensorInfo* info = nullptr;
   c10::ScalarType dtype = c10::ScalarType::Float;
@@ -93,10 +91,8 @@ InitialWeights::InitialWeights(const std::string& path, const schema::Plan& plan
           continue;
         }
         Match match;
-        match.group = &group;
-        match.index = p;
         match.name = param.name;
-        if (check(match, *entry, param.shape, want)) params_.push_back(match);
+        if (check(match, *entry, param.shape, want)) params_[&group].push_back(match);
         for (const std::string& alias : param.aliases) used.insert(alias);
         used.insert(param.name);
       }
@@ -132,7 +128,9 @@ InitialWeights::InitialWeights(const std::string& path, const schema::Plan& plan
                                "parameter names (the plan's units[].groups[].params[].name) in "
                                "their shapes");
   }
-  description_ = path + ": " + std::to_string(params_.size()) + " parameter(s)";
+  size_t matched = 0;
+  for (const auto& [group, matches] : params_) matched += matches.size();
+  description_ = path + ": " + std::to_string(matched) + " parameter(s)";
   if (!buffers_.empty()) description_ += " and " + std::to_string(buffers_.size()) + " buffer(s)";
   if (conversions.empty()) description_ += ", in their dtypes";
   for (const auto& [conversion, count] : conversions) {
@@ -152,13 +150,6 @@ std::string InitialWeights::layout_digest() const {
   return schema::sha256_hex(text.str());
 }
 
-const InitialWeights::Match& InitialWeights::find(const schema::Group& group, size_t p) const {
-  for (const Match& match : params_) {
-    if (match.group == &group && match.index == p) return match;
-  }
-  fail(ExitCode::kInternal, "--init-from: no tensor matched " + group.params.at(p).name);
-}
-
 namespace {
 
 at::Tensor over_file(const safetensors::File& file, const safetensors::TensorInfo& info,
@@ -172,18 +163,14 @@ at::Tensor over_file(const safetensors::File& file, const safetensors::TensorInf
 
 std::vector<at::Tensor> InitialWeights::values(const schema::Group& group) const {
   std::vector<at::Tensor> out;
-  for (size_t p = 0; p < group.params.size(); ++p) {
-    const Match& match = find(group, p);
+  for (const Match& match : params_.at(&group)) {
     out.push_back(over_file(*match.file, *match.info, match.dtype));
   }
   return out;
 }
 
 void InitialWeights::release(const schema::Group& group) const {
-  for (size_t p = 0; p < group.params.size(); ++p) {
-    const Match& match = find(group, p);
-    match.file->release(*match.info);
-  }
+  for (const Match& match : params_.at(&group)) match.file->release(*match.info);
 }
 
 void InitialWeights::load_buffers(torch::jit::Module& module) const {

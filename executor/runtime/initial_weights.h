@@ -4,6 +4,7 @@
 // matched to the plan's parameters and the model's buffers before anything is read; a rank
 // then reads only the slices of each parameter its shards hold, from the mapped file.
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,11 +46,11 @@ class InitialWeights {
  private:
   struct Match;
   std::unique_ptr<safetensors::Checkpoint> file_;
-  std::vector<Match> params_;   // by (group address, parameter index)
+  // Per group of the plan, its parameters' tensors in layout order (the constructor throws
+  // unless every parameter has one).
+  std::map<const schema::Group*, std::vector<Match>> params_;
   std::vector<Match> buffers_;  // the module's buffers the file has
   std::string description_;
-
-  const Match& find(const schema::Group& group, size_t p) const;
 };
 
 }  // namespace mfsdp::executor

@@ -86,13 +86,11 @@ const RankFileEntry& rank_entry(const std::string& checkpoint, const Manifest& m
 ExportSummary export_model(const std::string& checkpoint_arg, const std::string& out_path,
                            const std::string& model_path) {
   ExportSource source = open_export(checkpoint_arg, model_path);
-  for (const auto& t : source.module.named_attributes(/*recurse=*/true)) {
-    if (t.value.isTensor() && planner::has_no_data(t.value.toTensor())) {
-      fail(ExitCode::kUsage, source.summary.model_path +
-                                 " is a skeleton (saved from the meta device, no values), and a "
-                                 "TorchScript export writes every tensor of the model; pass the "
-                                 "full model file with --model, or export --format safetensors");
-    }
+  if (planner::first_tensor_without_data(source.module)) {
+    fail(ExitCode::kUsage, source.summary.model_path +
+                               " is a skeleton (saved from the meta device, no values), and a "
+                               "TorchScript export writes every tensor of the model; pass the "
+                               "full model file with --model, or export --format safetensors");
   }
   const ExportSummary& summary = source.summary;
   const std::string& checkpoint = summary.checkpoint;
@@ -220,7 +218,20 @@ ExportSummary export_safetensors(const std::string& checkpoint_arg, const std::s
       const schema::Group& group = unit.groups[g];
       const bool trainable = schema::has_gradient(group);
       const size_t shard = trainable ? next++ : 0;
-      const std::string what = shard_name(unit, g);
+      // Each shard rank's slice of this group, checked against the plan once.
+      std::vector<at::Tensor> slices;
+      for (int64_t r = 0; trainable && r < plan.mesh.shard_size; ++r) {
+        const at::Tensor& values = ranks[static_cast<size_t>(r)].shards[shard];
+        if (values.dim() != 1 || values.numel() != group.shard_numel ||
+            values.scalar_type() != planner::scalar_type_of(group.dtype)) {
+          fail(ExitCode::kUsage, checkpoint + "/" + rank_file_name(r) + " holds " +
+                                     std::to_string(values.numel()) + " elements of " +
+                                     shard_name(unit, g) + ", its plan " +
+                                     std::to_string(group.shard_numel) + " of " + group.dtype +
+                                     " per rank; use another checkpoint");
+        }
+        slices.push_back(values);
+      }
       for (const auto& p : group.params) {
         StreamedTensor tensor{p.name, {}, p.shape, {}};
         if (!trainable) {  // frozen: the model file's values stand
@@ -237,19 +248,11 @@ ExportSummary export_safetensors(const std::string& checkpoint_arg, const std::s
           continue;
         }
         tensor.dtype = file_dtype(planner::scalar_type_of(group.dtype), p.name);
-        for (int64_t r = 0; r < plan.mesh.shard_size; ++r) {
-          const at::Tensor& values = ranks[static_cast<size_t>(r)].shards[shard];
-          if (values.dim() != 1 || values.numel() != group.shard_numel ||
-              values.scalar_type() != planner::scalar_type_of(group.dtype)) {
-            fail(ExitCode::kUsage, checkpoint + "/" + rank_file_name(r) + " holds " +
-                                       std::to_string(values.numel()) + " elements of " + what +
-                                       ", its plan " + std::to_string(group.shard_numel) + " of " +
-                                       group.dtype + " per rank; use another checkpoint");
-          }
-          const int64_t begin = r * group.shard_numel;
+        for (size_t r = 0; r < slices.size(); ++r) {
+          const int64_t begin = static_cast<int64_t>(r) * group.shard_numel;
           const int64_t lo = std::max(begin, p.offset);
           const int64_t hi = std::min(begin + group.shard_numel, p.offset + p.numel);
-          if (hi > lo) tensor.pieces.push_back(values.narrow(0, lo - begin, hi - lo));
+          if (hi > lo) tensor.pieces.push_back(slices[r].narrow(0, lo - begin, hi - lo));
         }
         out.push_back(std::move(tensor));
       }

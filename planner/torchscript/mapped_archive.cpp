@@ -207,6 +207,13 @@ bool has_no_data(const at::Tensor& tensor) {
          tensor.storage().data() == nullptr;
 }
 
+std::optional<std::string> first_tensor_without_data(const torch::jit::Module& module) {
+  for (const auto& t : module.named_attributes(/*recurse=*/true)) {
+    if (t.value.isTensor() && has_no_data(t.value.toTensor())) return t.name;
+  }
+  return std::nullopt;
+}
+
 void release_mapped_pages(const at::Tensor& tensor) {
   if (!tensor.defined() || !tensor.has_storage() || !tensor.is_contiguous()) return;
   const c10::DataPtr& data = tensor.storage().data_ptr();
@@ -233,6 +240,7 @@ torch::jit::Module load_mapped_archive(const std::string& path, MappedArchiveSta
     walk.visit(module._ivalue(), false);
     std::vector<bool> found(mapped.size(), false);
     MappedArchiveStats counted;
+    counted.directory_digest = directory.digest;
     for (const auto& [storage, parameter] : walk.storages()) {
       const auto i = marked_record(*storage, mapped);
       if (!i) continue;

@@ -8,6 +8,7 @@
 // of the file and no more.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <torch/script.h>
@@ -21,11 +22,16 @@ struct MappedArchiveStats {
   // Of those, storages with no values at all: a skeleton, saved from the meta device, whose
   // records are empty (LibTorch loads them as CPU storages of their size over no memory).
   int64_t missing_bytes = 0;
+  // The zip directory digest of the file as it was loaded (ZipDirectory::digest).
+  std::string directory_digest;
 };
 
 // Whether `tensor` is one of a skeleton's: a storage of some size with no memory behind it.
 // Reading or writing it would crash; a skeleton's values must come from elsewhere.
 bool has_no_data(const at::Tensor& tensor);
+// The name of the first of `module`'s tensors (parameters, buffers, attributes) that has no
+// data, if any: what a command that reads every value names when refusing a skeleton.
+std::optional<std::string> first_tensor_without_data(const torch::jit::Module& module);
 
 // Which tensors stay on the map.
 enum class Mapping {

@@ -16,11 +16,13 @@
 
 #include "schema/error.h"
 #include "schema/plan.h"
+#include "tests/executor/train/error_of.h"
 
 namespace mfsdp::safetensors {
 namespace {
 
 namespace fs = std::filesystem;
+using mfsdp::testing::error_of;
 
 const std::string kFixtures = std::string(MFSDP_SOURCE_DIR) + "/tests/fixtures/safetensors";
 
@@ -62,16 +64,6 @@ std::string file_bytes(const std::string& header, const std::string& data = "") 
   std::string out(8, '\0');
   for (size_t i = 0; i < 8; ++i) out[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
   return out + header + data;
-}
-
-Error error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "no mfsdp::Error was thrown";
-  return Error(ExitCode::kOk, "");
 }
 
 // The Error opening a file of this header and data gives; its message must name the file.

@@ -69,6 +69,38 @@ std::string unknown_flag(const CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+// For a command line whose first word names no command: one line saying so, with the commands
+// and the closest one, or the command that has it as a flag (`mfsdp predict` -> `mfsdp show
+// --predict`); "" when the first word is a command or a flag.
+std::string unknown_command(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-' || !app.get_subcommands().empty()) return "";
+  const std::string word = argv[1];
+  std::string names, best, as_flag;
+  size_t best_distance = std::string::npos;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    const std::string& name = sub->get_name();
+    if (name == word) return "";
+    names += (names.empty() ? "" : ", ") + name;
+    const size_t d = distance(word, name);
+    if (d < best_distance) {
+      best_distance = d;
+      best = name;
+    }
+    for (const CLI::Option* option : sub->get_options()) {
+      for (const std::string& long_name : option->get_lnames()) {
+        if (long_name == word && as_flag.empty()) as_flag = "mfsdp " + name + " --" + word;
+      }
+    }
+  }
+  std::string message = "'" + word + "' is not a command; the commands are " + names;
+  if (!as_flag.empty()) {
+    message += "; did you mean " + as_flag + "?";
+  } else if (best_distance <= std::max<size_t>(2, word.size() / 3)) {
+    message += "; did you mean mfsdp " + best + "?";
+  }
+  return message + " (see mfsdp --help)";
+}
+
 }  // namespace
 
 void exit_with(ExitCode code) {
@@ -99,11 +131,17 @@ int run_app(CLI::App& app, int argc, char** argv) {
   } catch (const QuietExit& e) {
     return static_cast<int>(e.code);
   } catch (const CLI::ExtrasError& e) {
-    const std::string flag = unknown_flag(app, argc, argv);
+    const std::string command = unknown_command(app, argc, argv);
+    const std::string flag = command.empty() ? unknown_flag(app, argc, argv) : command;
     std::cerr << "mfsdp: error: " << (flag.empty() ? std::string(e.what()) + " (see --help)" : flag)
               << "\n";
     return static_cast<int>(ExitCode::kUsage);
   } catch (const CLI::ParseError& e) {
+    const std::string command = unknown_command(app, argc, argv);
+    if (!command.empty()) {
+      std::cerr << "mfsdp: error: " << command << "\n";
+      return static_cast<int>(ExitCode::kUsage);
+    }
     std::cerr << "mfsdp: error: " << e.what() << " (see --help)\n";
     return static_cast<int>(ExitCode::kUsage);
   } catch (const Error& e) {

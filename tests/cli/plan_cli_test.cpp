@@ -1,6 +1,7 @@
 // `mfsdp plan` as a user runs it: the real binary in a subprocess, from the repository root.
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cstdio>
 #include <fstream>
@@ -244,6 +245,24 @@ TEST(PlanCli, MisspelledFlagsAreNamedWithTheClosestRealOne) {
   EXPECT_EQ(r.err,
             "mfsdp: error: mfsdp run has no flag --nproc_per_node; did you mean --nproc-per-node? "
             "(see mfsdp run --help)\n");
+}
+
+// A first word that is no command names the commands, and the one that has it as a flag or is
+// spelled closest to it.
+TEST(PlanCli, AnUnknownCommandListsTheCommandsAndTheClosestOne) {
+  const RunResult predict = mfsdp({"predict", "plans/bytegpt.plan.json"});
+  EXPECT_EQ(predict.exit_code, 2);
+  EXPECT_EQ(predict.err.rfind("mfsdp: error: 'predict' is not a command; the commands are ", 0), 0u)
+      << predict.err;
+  EXPECT_NE(predict.err.find("plan, run, "), std::string::npos) << predict.err;
+  EXPECT_NE(predict.err.find("; did you mean mfsdp show --predict? (see mfsdp --help)\n"),
+            std::string::npos)
+      << predict.err;
+  const RunResult typo = mfsdp({"paln", "tests/fixtures/tied_lm.pt"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("; did you mean mfsdp plan? (see mfsdp --help)\n"), std::string::npos)
+      << typo.err;
+  EXPECT_EQ(std::count(typo.err.begin(), typo.err.end(), '\n'), 1) << typo.err;
 }
 
 TEST(PlanCli, AFloatTraceInputForATokenModelIsToldToSayInt64) {

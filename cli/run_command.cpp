@@ -442,6 +442,16 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
                   "a directory with model.safetensors.index.json (each rank reads only its "
                   "slices; floating dtypes are converted; docs/large-models.md)")
       ->check(CLI::ExistingPath);
+  cmd->add_option("--name-map", t.context.name_map,
+                  "With --init-from: a JSON file of rules that rename the file's tensors to the "
+                  "model's parameters, skip some, or read 2-D ones transposed (GPT-2's Conv1D; "
+                  "docs/large-models.md#name-maps)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--init", t.context.init,
+                  "Start from values by rule instead: normal:STD gives weights of 2+ dimensions "
+                  "normal(0, STD), biases 0 and other 1-D parameters (norm scales) 1, seeded by "
+                  "--seed; each rank computes only its shards, the same at any world size "
+                  "(docs/large-models.md#initialiser)");
 
   add_launcher_flags(*cmd, flags->launcher, "the plan's world size / --nnodes");
 
@@ -467,7 +477,7 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
                   "cross_entropy (default; next-token for LMs), mse, or model (forward(input, "
                   "target) returns the loss)")
       ->group(data);
-  whole("--seed", "Seed of the data, 0 or more (default 0)")->group(data);
+  whole("--seed", "Seed of the data and of --init, 0 or more (default 0)")->group(data);
 
   const char* training = "Training";
   whole("--steps", "Optimizer steps, at least 1 (required unless the plan has training.steps)")

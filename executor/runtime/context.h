@@ -45,6 +45,17 @@ struct ContextOptions {
   // model.safetensors.index.json) instead of the model file's; empty: the model file's.
   // Context::weights_description() says what was read (docs/large-models.md).
   std::string init_from;
+  // --name-map for init_from: how the file's tensor names become the model's (a JSON file of
+  // rules, docs/large-models.md#name-maps); empty: the names are the model's.
+  std::string name_map;
+  // Initial parameter values from a rule instead ("normal:0.02", docs/large-models.md#
+  // initialiser), seeded by init_seed; not with init_from. A skeleton's buffers get theirs by
+  // name; a model file's keep the file's.
+  std::string init;
+  uint64_t init_seed = 0;
+  // A checkpoint will overwrite every shard and buffer once the context exists (--resume found
+  // one): a skeleton then needs no other source, and its values are not computed or read.
+  bool weights_from_checkpoint = false;
 };
 
 struct ContextStats {
@@ -98,11 +109,11 @@ class Context {
   at::Device device() const;
   // "cpu", or "cuda:0 (NVIDIA H200, PCI ...)"; for an auto choice of cpu, also why.
   const std::string& device_description() const;
-  // Where the initial parameters came from: "the model file", or the --init-from file, its
-  // tensor count and dtype conversions.
+  // Where the initial parameters came from: "the model file", the --init-from file (its
+  // tensor count and dtype conversions), the --init rule (what it gave), or "the checkpoint".
   const std::string& weights_description() const;
   // Whether the model file is a skeleton (saved from the meta device, no values): its values
-  // came from init_from, and nothing can be read from the file (no --save-model from it).
+  // came from elsewhere, and nothing can be read from the file (no --save-model from it).
   bool model_is_skeleton() const;
 
   // Gradient accumulation: call before each microbatch's forward. Plain FSDP reduce-scatters

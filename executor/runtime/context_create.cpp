@@ -38,6 +38,39 @@ void load_and_check_plan(Impl& impl, const std::string& plan_path, const LaunchE
   check_device_name(impl.options.device);
 }
 
+// Where the initial values come from (docs/large-models.md): --init-from's file, --init's rule,
+// a checkpoint to resume, or the model file itself unless it is a skeleton.
+void choose_weights(Impl& impl, const std::string& model_path) {
+  const ContextOptions& options = impl.options;
+  if (!options.init_from.empty() && !options.init.empty()) {
+    fail(ExitCode::kUsage, "--init-from and --init both give the initial weights; pass one");
+  }
+  if (!options.name_map.empty() && options.init_from.empty()) {
+    fail(ExitCode::kUsage, "--name-map renames the tensors of --init-from WEIGHTS; pass both");
+  }
+  if (options.weights_from_checkpoint) {
+    // The checkpoint's values replace whatever is loaded, so a skeleton needs nothing else;
+    // --init-from and --init are for a start without one.
+    impl.weights_description = "the checkpoint";
+    return;
+  }
+  if (!options.init_from.empty()) {
+    impl.init = std::make_unique<InitialWeights>(options.init_from, impl.plan, impl.module,
+                                                 options.name_map);
+    impl.weights_description = impl.init->description();
+  } else if (!options.init.empty()) {
+    impl.initializer = std::make_unique<Initializer>(options.init, options.init_seed, impl.plan);
+    impl.weights_description = impl.initializer->description();
+  } else if (impl.skeleton) {
+    fail(ExitCode::kUsage, model_path +
+                               " is a skeleton: its tensors were saved from the meta device and "
+                               "hold no values; give the initial weights with --init-from "
+                               "WEIGHTS (safetensors), --init normal:0.02 (a rule), or --resume "
+                               "from a checkpoint, or train the full model file "
+                               "(docs/large-models.md)");
+  }
+}
+
 // 2. The model, with the memory counters' baseline taken before it loads; it must be the
 // model the plan was made for.
 void load_and_check_model(Impl& impl, const std::string& plan_path, const std::string& model_path) {
@@ -63,17 +96,7 @@ void load_and_check_model(Impl& impl, const std::string& plan_path, const std::s
        "model); re-plan"});
   impl.model_digest = loaded.directory_digest;
   impl.skeleton = loaded.missing_bytes > 0;
-  if (impl.skeleton && impl.options.init_from.empty()) {
-    fail(ExitCode::kUsage, model_path +
-                               " is a skeleton: its tensors were saved from the meta device and "
-                               "hold no values; give the initial weights with --init-from "
-                               "WEIGHTS (safetensors), or train the full model file "
-                               "(docs/large-models.md)");
-  }
-  if (!impl.options.init_from.empty()) {
-    impl.init = std::make_unique<InitialWeights>(impl.options.init_from, impl.plan, impl.module);
-    impl.weights_description = impl.init->description();
-  }
+  choose_weights(impl, model_path);
 }
 
 // 3. The other ranks, and the check that every rank runs the same plan on the same model
@@ -145,15 +168,32 @@ void shard_parameters(Impl& impl) {
                                impl.device);
       offset += unit.groups.back().unsharded_bytes();
       unit.bindings.push_back(attributes.locate(group));
-      impl.model_bytes += unit.groups.back().load(impl.init ? impl.init->values(group)
-                                                            : current_values(unit.bindings.back()));
-      if (impl.init) impl.init->release(group);
+      FlatGroup& flat = unit.groups.back();
+      if (impl.init) {
+        impl.model_bytes += flat.load(impl.init->values(group));
+        impl.init->release(group);
+      } else if (impl.initializer) {
+        const Initializer& rule = *impl.initializer;
+        flat.load([&](size_t p, int64_t first, int64_t count) {
+          return rule.slice(group.params[p], first, count);
+        });
+      } else if (!(impl.skeleton && impl.options.weights_from_checkpoint)) {
+        impl.model_bytes += flat.load(current_values(unit.bindings.back()));
+      }
     }
     for (const GroupBinding& binding : unit.bindings) drop_full_values(binding, impl.device);
   }
   if (impl.init) {
     impl.init->load_buffers(impl.module);
     impl.init.reset();  // its files are unmapped
+  } else if (impl.initializer) {
+    impl.initializer->load_buffers(impl.module);
+    impl.initializer.reset();
+  } else if (impl.skeleton) {
+    // The checkpoint writes the buffers' values; they need memory to be written into.
+    for (const auto& b : impl.module.named_buffers(/*recurse=*/true)) {
+      planner::allocate_missing_data(b.value);
+    }
   }
   // Buffers (and the parameters' empty placeholders) move to the device.
   if (!impl.device.is_cpu()) impl.module.to(impl.device);

@@ -20,6 +20,7 @@
 #include "executor/runtime/context_phase.h"
 #include "executor/runtime/flat_group.h"
 #include "executor/runtime/initial_weights.h"
+#include "executor/runtime/initializer.h"
 #include "executor/runtime/param_binding.h"
 #include "executor/runtime/runtime.h"
 #include "executor/runtime/timeline.h"
@@ -56,8 +57,9 @@ struct Context::Impl : planner::UnitHooks {
   ContextOptions options;
   schema::Plan plan;
   torch::jit::Module module;
-  std::string model_path;                // as create() was given it
-  std::unique_ptr<InitialWeights> init;  // --init-from, during create() only
+  std::string model_path;                    // as create() was given it
+  std::unique_ptr<InitialWeights> init;      // --init-from, during create() only
+  std::unique_ptr<Initializer> initializer;  // --init, during create() only
   std::string weights_description = "the model file";
   bool skeleton = false;     // the model file holds no values (docs/large-models.md)
   std::string model_digest;  // its zip directory's, as it was loaded

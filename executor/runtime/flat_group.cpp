@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/function.h>
 
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -95,7 +96,14 @@ int64_t FlatGroup::shard_bytes_in_compute_dtype() const {
   return group_->shard_numel * c10::elementSize(compute_);
 }
 
-int64_t FlatGroup::load(const std::vector<at::Tensor>& full_params) {
+at::Tensor flat_slice(const at::Tensor& full, int64_t first, int64_t count) {
+  if (full.is_contiguous() || full.dim() < 2) return full.reshape({-1}).narrow(0, first, count);
+  const int64_t row = full.numel() / full.size(0);
+  const int64_t begin = first / row, end = (first + count + row - 1) / row;
+  return full.narrow(0, begin, end - begin).reshape({-1}).narrow(0, first - begin * row, count);
+}
+
+int64_t FlatGroup::load(const SliceSource& slice) {
   at::NoGradGuard no_grad;
   const int64_t begin = shard_rank_ * group_->shard_numel;
   const int64_t end = begin + group_->shard_numel;
@@ -105,13 +113,19 @@ int64_t FlatGroup::load(const std::vector<at::Tensor>& full_params) {
     // The part of this parameter that falls in this rank's shard, if any.
     const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
     if (lo >= hi) continue;
-    // Narrowed before any conversion, so that only the slice is read (a mapped parameter's
-    // other pages stay on disk); a view unless the parameter is not contiguous.
-    const at::Tensor flat = full_params[i].reshape({-1});
-    master_.narrow(0, lo - begin, hi - lo).copy_(flat.narrow(0, lo - p.offset, hi - lo));
-    read += (hi - lo) * static_cast<int64_t>(flat.element_size());
+    const at::Tensor part = slice(i, lo - p.offset, hi - lo);
+    master_.narrow(0, lo - begin, hi - lo).copy_(part);
+    read += (hi - lo) * static_cast<int64_t>(part.element_size());
   }
   return read;
+}
+
+int64_t FlatGroup::load(const std::vector<at::Tensor>& full_params) {
+  // Narrowed before any conversion, so that only the slice is read (a mapped parameter's
+  // other pages stay on disk).
+  return load([&](size_t p, int64_t first, int64_t count) {
+    return flat_slice(full_params[p], first, count);
+  });
 }
 
 std::vector<at::Tensor> FlatGroup::unflatten(const at::Tensor& full_master) const {

@@ -17,6 +17,11 @@
 
 namespace mfsdp::executor {
 
+// Elements [first, first + count) of `full` in row-major order, as a 1-D tensor: a view when
+// `full` is contiguous, else a copy of only the rows of its first dimension that hold them (a
+// transposed view reads the columns it needs, not the whole tensor).
+at::Tensor flat_slice(const at::Tensor& full, int64_t first, int64_t count);
+
 class FlatGroup {
  public:
   // `unsharded` points at this group's bytes inside the unit's slot, in `device`'s memory;
@@ -32,8 +37,14 @@ class FlatGroup {
   int64_t unsharded_bytes() const;
   int64_t shard_bytes_in_compute_dtype() const;
 
-  // Fills the master shard from the full parameter values, given in layout order, reading
-  // only the slices that fall in it; returns the bytes read.
+  // Fills the master shard slice by slice: `slice(p, first, count)` gives `count` elements of
+  // parameter p (layout order) from element `first` of its values in row-major order, in any
+  // dtype (converted); returns the bytes it gave. Only the slices in this rank's shard are
+  // asked for.
+  using SliceSource = std::function<at::Tensor(size_t p, int64_t first, int64_t count)>;
+  int64_t load(const SliceSource& slice);
+  // The same from the full parameter values, given in layout order, reading only the slices
+  // that fall in the shard (flat_slice).
   int64_t load(const std::vector<at::Tensor>& full_params);
   // The full parameter values from an unsharded buffer holding every rank's master shard
   // (as gathered by a full-state all-gather), in layout order.

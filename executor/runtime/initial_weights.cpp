@@ -1,13 +1,13 @@
 #include "executor/runtime/initial_weights.h"
 
-#include <c10/core/CPUAllocator.h>
-
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "planner/torchscript/mapped_archive.h"
 #include "planner/torchscript/torch_model.h"
+#include "safetensors/name_map.h"
 #include "safetensors/safetensors.h"
 #include "schema/digest.h"
 #include "schema/error.h"
@@ -19,6 +19,14 @@ struct InitialWeights::Match {
   const safetensors::File* file = nullptr;
   const safetensors::TensorInfo* info = nullptr;
   c10::ScalarType dtype = c10::ScalarType::Float;
+  bool transpose = false;
+};
+
+// A file tensor under the model's name for it.
+struct InitialWeights::Source {
+  std::string file_name;
+  const safetensors::Checkpoint::Entry* entry = nullptr;
+  bool transpose = false;
 };
 
 namespace {
@@ -47,19 +55,44 @@ bool floating(c10::ScalarType type) {
 }  // namespace
 
 InitialWeights::InitialWeights(const std::string& path, const schema::Plan& plan,
-                               const torch::jit::Module& module)
+                               const torch::jit::Module& module, const std::string& name_map)
     : file_(std::make_unique<safetensors::Checkpoint>(path)) {
-  std::set<std::string> used;
-  std::vector<std::string> missing, unexpected, wrong_shape, wrong_dtype;
+  std::set<std::string> used;  // file names
+  std::vector<std::string> missing, unexpected, wrong_shape, wrong_dtype, clashes;
   std::map<std::string, int> conversions;  // "bfloat16 -> float32" -> tensors
-  auto check = [&](Match& match, const safetensors::Checkpoint::Entry& entry,
-                   const std::vector<int64_t>& shape, c10::ScalarType want) {
+  // The file's tensors by the model's names for them.
+  const safetensors::NameMap map =
+      name_map.empty() ? safetensors::NameMap() : safetensors::NameMap::load(name_map);
+  std::map<std::string, Source> sources;
+  size_t skipped = 0;
+  for (const auto& [name, entry] : file_->tensors()) {
+    const safetensors::Renamed renamed = map.apply(name);
+    if (!renamed.name) {
+      used.insert(name);
+      ++skipped;
+      continue;
+    }
+    const auto [it, fresh] =
+        sources.emplace(*renamed.name, Source{name, &entry, renamed.transpose});
+    if (!fresh) clashes.push_back(it->second.file_name + " and " + name + " -> " + *renamed.name);
+  }
+  auto find = [&](const std::string& name) -> const Source* {
+    auto it = sources.find(name);
+    return it == sources.end() ? nullptr : &it->second;
+  };
+  auto check = [&](Match& match, const Source& source, const std::vector<int64_t>& shape,
+                   c10::ScalarType want) {
+    const safetensors::Checkpoint::Entry& entry = *source.entry;
     match.file = entry.file;
     match.info = entry.info;
+    match.transpose = source.transpose;
     used.insert(entry.info->name);
-    if (entry.info->shape != shape) {
+    std::vector<int64_t> stored = shape;
+    if (source.transpose) std::reverse(stored.begin(), stored.end());
+    if (entry.info->shape != stored || (source.transpose && shape.size() != 2)) {
       wrong_shape.push_back(entry.info->name + " " + shape_text(entry.info->shape) +
-                            " in the file, " + shape_text(shape) + " in the model");
+                            (source.transpose ? " (transposed)" : "") + " in the file, " +
+                            shape_text(shape) + " in the model");
       return false;
     }
     const auto name = safetensors::schema_dtype(entry.info->dtype);
@@ -82,10 +115,8 @@ InitialWeights::InitialWeights(const std::string& path, const schema::Plan& plan
       for (size_t p = 0; p < group.params.size(); ++p) {
         const schema::ParamLayout& param = group.params[p];
         // A tied weight may be saved under any of its names (transformers keeps one).
-        const safetensors::Checkpoint::Entry* entry = file_->find(param.name);
-        for (size_t a = 0; !entry && a < param.aliases.size(); ++a) {
-          entry = file_->find(param.aliases[a]);
-        }
+        const Source* entry = find(param.name);
+        for (size_t a = 0; !entry && a < param.aliases.size(); ++a) entry = find(param.aliases[a]);
         if (!entry) {
           missing.push_back(param.name);
           continue;
@@ -93,13 +124,15 @@ InitialWeights::InitialWeights(const std::string& path, const schema::Plan& plan
         Match match;
         match.name = param.name;
         if (check(match, *entry, param.shape, want)) params_[&group].push_back(match);
-        for (const std::string& alias : param.aliases) used.insert(alias);
-        used.insert(param.name);
+        // A file may hold a tied weight under several of its names; the first one is read.
+        for (const std::string& alias : param.aliases) {
+          if (const Source* other = find(alias)) used.insert(other->file_name);
+        }
       }
     }
   }
   for (const auto& b : module.named_buffers(/*recurse=*/true)) {
-    const safetensors::Checkpoint::Entry* entry = file_->find(b.name);
+    const Source* entry = find(b.name);
     if (!entry) {
       // The model file's value stands, if it has one.
       if (planner::has_no_data(b.value))
@@ -120,18 +153,29 @@ InitialWeights::InitialWeights(const std::string& path, const schema::Plan& plan
   if (!unexpected.empty()) problems.push_back(listed("unexpected", unexpected));
   if (!wrong_shape.empty()) problems.push_back(listed("of another shape", wrong_shape));
   if (!wrong_dtype.empty()) problems.push_back(listed("of another dtype", wrong_dtype));
+  if (!clashes.empty()) problems.push_back(listed("given one name by --name-map", clashes));
   if (!problems.empty()) {
     std::string message = "--init-from " + path + " does not fit the model: ";
     for (size_t i = 0; i < problems.size(); ++i) message += (i ? "; " : "") + problems[i];
     fail(ExitCode::kUsage, message +
                                "; nothing was trained. Save the tensors under the model's "
                                "parameter names (the plan's units[].groups[].params[].name) in "
-                               "their shapes");
+                               "their shapes, or rename them with --name-map "
+                               "(docs/large-models.md#name-maps)");
   }
   size_t matched = 0;
   for (const auto& [group, matches] : params_) matched += matches.size();
   description_ = path + ": " + std::to_string(matched) + " parameter(s)";
   if (!buffers_.empty()) description_ += " and " + std::to_string(buffers_.size()) + " buffer(s)";
+  if (!name_map.empty()) {
+    size_t transposed = 0;
+    for (const auto& [group, matches] : params_) {
+      for (const Match& match : matches) transposed += match.transpose;
+    }
+    description_ += " renamed by " + name_map;
+    if (transposed) description_ += " (" + std::to_string(transposed) + " transposed)";
+    if (skipped) description_ += ", " + std::to_string(skipped) + " tensor(s) of the file skipped";
+  }
   if (conversions.empty()) description_ += ", in their dtypes";
   for (const auto& [conversion, count] : conversions) {
     description_ += ", " + conversion + " for " + std::to_string(count);
@@ -153,10 +197,11 @@ std::string InitialWeights::layout_digest() const {
 namespace {
 
 at::Tensor over_file(const safetensors::File& file, const safetensors::TensorInfo& info,
-                     c10::ScalarType dtype) {
+                     c10::ScalarType dtype, bool transpose) {
   // Read only: the tensor is a source of copies, never written.
-  return at::from_blob(const_cast<uint8_t*>(file.data(info)), info.shape,
-                       at::TensorOptions().dtype(dtype));
+  const at::Tensor stored = at::from_blob(const_cast<uint8_t*>(file.data(info)), info.shape,
+                                          at::TensorOptions().dtype(dtype));
+  return transpose ? stored.t() : stored;
 }
 
 }  // namespace
@@ -164,7 +209,7 @@ at::Tensor over_file(const safetensors::File& file, const safetensors::TensorInf
 std::vector<at::Tensor> InitialWeights::values(const schema::Group& group) const {
   std::vector<at::Tensor> out;
   for (const Match& match : params_.at(&group)) {
-    out.push_back(over_file(*match.file, *match.info, match.dtype));
+    out.push_back(over_file(*match.file, *match.info, match.dtype, match.transpose));
   }
   return out;
 }
@@ -180,11 +225,8 @@ void InitialWeights::load_buffers(torch::jit::Module& module) const {
   for (const Match& match : buffers_) {
     at::Tensor& buffer = buffers.at(match.name);
     // A skeleton's buffer gets memory of its own first (its aliases keep sharing it).
-    if (planner::has_no_data(buffer)) {
-      buffer.storage().set_data_ptr_noswap(
-          c10::GetCPUAllocator()->allocate(buffer.storage().nbytes()));
-    }
-    buffer.copy_(over_file(*match.file, *match.info, match.dtype));
+    planner::allocate_missing_data(buffer);
+    buffer.copy_(over_file(*match.file, *match.info, match.dtype, match.transpose));
     match.file->release(*match.info);
   }
 }

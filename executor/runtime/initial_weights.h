@@ -22,15 +22,18 @@ namespace mfsdp::executor {
 class InitialWeights {
  public:
   // Opens `path` (a .safetensors file, or a directory with model.safetensors.index.json) and
-  // matches it: each parameter by its name or one of its aliases, of the plan's shape, in the
-  // plan's dtype or, for floating parameters, any floating dtype (converted when read); each
-  // buffer of `module` by name, if the file has it. Error(kUsage), one line listing what is
-  // missing, unexpected, of another shape or of another dtype, when it does not fit.
+  // matches it: its names renamed by `name_map` (a --name-map file; empty: as they are), each
+  // parameter by its name or one of its aliases, of the plan's shape (reversed, for a tensor
+  // the map says is transposed), in the plan's dtype or, for floating parameters, any
+  // floating dtype (converted when read); each buffer of `module` by name, if the file has
+  // it. Error(kUsage), one line listing what is missing, unexpected, of another shape or of
+  // another dtype, or two file names the map gives one model name, when it does not fit.
   InitialWeights(const std::string& path, const schema::Plan& plan,
-                 const torch::jit::Module& module);
+                 const torch::jit::Module& module, const std::string& name_map = "");
   ~InitialWeights();
 
-  // `group`'s parameters in layout order, as tensors over the mapped file in its dtype.
+  // `group`'s parameters in layout order, as tensors over the mapped file in its dtype (the
+  // transposed ones as transposed views).
   std::vector<at::Tensor> values(const schema::Group& group) const;
   // Gives back the pages of `group`'s tensors, once its shards hold their slices.
   void release(const schema::Group& group) const;
@@ -45,6 +48,7 @@ class InitialWeights {
 
  private:
   struct Match;
+  struct Source;
   std::unique_ptr<safetensors::Checkpoint> file_;
   // Per group of the plan, its parameters' tensors in layout order (the constructor throws
   // unless every parameter has one).

@@ -13,9 +13,7 @@
 #include "schema/plan_json.h"
 
 namespace mfsdp::executor {
-namespace {
 
-// The checkpoint --resume names, or the newest complete one under --checkpoint-dir.
 std::optional<std::string> checkpoint_to_resume(const TrainConfig& config, bool lead) {
   if (!config.resume_from.empty()) {
     return resolve_checkpoint(config.resume_from, "resuming from", /*warn=*/lead);
@@ -39,11 +37,8 @@ std::optional<std::string> checkpoint_to_resume(const TrainConfig& config, bool 
   return found.path;
 }
 
-}  // namespace
-
-int64_t resume(const TrainConfig& config, Context& context, ShardedOptimizer& optimizer, bool lead,
-               std::ostream& out) {
-  const std::optional<std::string> checkpoint = checkpoint_to_resume(config, lead);
+int64_t resume(const TrainConfig& config, const std::optional<std::string>& checkpoint,
+               Context& context, ShardedOptimizer& optimizer, bool lead, std::ostream& out) {
   if (checkpoint) {
     const TrainingState state = load_checkpoint(context, optimizer, *checkpoint);
     if (lead) {

@@ -100,6 +100,10 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   if (config.threads > 0) at::set_num_threads(config.threads);
   ContextOptions options = config.context;
   options.record_timeline = !config.trace_path.empty();
+  options.init_seed = static_cast<uint64_t>(config.data.seed);
+  std::optional<std::string> checkpoint;
+  if (config.resume) checkpoint = checkpoint_to_resume(config, env.rank == 0);
+  options.weights_from_checkpoint = checkpoint.has_value();
   auto ctx = Context::create(config.plan_path, config.model_path, env, options);
   const bool lead = ctx->rank() == 0;
   if (!config.save_model.empty() && ctx->model_is_skeleton()) {
@@ -131,7 +135,7 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
   TrainingState state;
   state.config = config.describe();
   state.model_path = config.model_path;
-  if (config.resume) state.step = resume(config, *ctx, optimizer, lead, out);
+  if (config.resume) state.step = resume(config, checkpoint, *ctx, optimizer, lead, out);
   if (state.step >= config.steps && lead) {
     out << "nothing to do: the checkpoint is at step " << state.step << " of --steps "
         << config.steps << std::endl;
@@ -156,8 +160,10 @@ void train(const TrainConfig& config, const LaunchEnv& env, std::ostream& out) {
         << data_config.global_batch << " = " << ctx->world_size() << " rank(s) x " << microbatches
         << " microbatch(es) x " << data_config.global_batch / ctx->world_size() / microbatches
         << std::endl;
-    if (!config.context.init_from.empty()) {
-      out << "mfsdp run: initial weights from " << ctx->weights_description() << std::endl;
+    if (!config.context.init_from.empty() || !config.context.init.empty()) {
+      out << "mfsdp run: initial weights from " << ctx->weights_description()
+          << (checkpoint ? " (--init-from and --init are for a start without one)" : "")
+          << std::endl;
     }
   }
 

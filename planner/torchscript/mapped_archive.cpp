@@ -207,6 +207,11 @@ bool has_no_data(const at::Tensor& tensor) {
          tensor.storage().data() == nullptr;
 }
 
+void allocate_missing_data(const at::Tensor& tensor) {
+  if (!has_no_data(tensor)) return;
+  tensor.storage().set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(tensor.storage().nbytes()));
+}
+
 std::optional<std::string> first_tensor_without_data(const torch::jit::Module& module) {
   for (const auto& t : module.named_attributes(/*recurse=*/true)) {
     if (t.value.isTensor() && has_no_data(t.value.toTensor())) return t.name;

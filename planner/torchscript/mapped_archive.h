@@ -29,6 +29,9 @@ struct MappedArchiveStats {
 // Whether `tensor` is one of a skeleton's: a storage of some size with no memory behind it.
 // Reading or writing it would crash; a skeleton's values must come from elsewhere.
 bool has_no_data(const at::Tensor& tensor);
+// Gives a tensor with no data (has_no_data) memory of its own, uninitialised, for its values to
+// be written into; tensors sharing its storage share the memory. A no-op for any other tensor.
+void allocate_missing_data(const at::Tensor& tensor);
 // The name of the first of `module`'s tensors (parameters, buffers, attributes) that has no
 // data, if any: what a command that reads every value names when refusing a skeleton.
 std::optional<std::string> first_tensor_without_data(const torch::jit::Module& module);

@@ -153,7 +153,8 @@ TEST(InitFrom, ASkeletonWithoutWeightsIsRefusedWithTheOptions) {
   EXPECT_NE(run.err.find("mfsdp: error: " + kRepo + "/" + kSkeleton +
                          " is a skeleton: its tensors were saved from the meta device and hold "
                          "no values; give the initial weights with --init-from WEIGHTS "
-                         "(safetensors), or train the full model file (docs/large-models.md)\n"),
+                         "(safetensors), --init normal:0.02 (a rule), or --resume from a "
+                         "checkpoint, or train the full model file (docs/large-models.md)\n"),
             std::string::npos)
       << run.err;
   EXPECT_EQ(run.out.find("step 1/"), std::string::npos) << run.out;

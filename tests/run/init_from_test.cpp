@@ -13,6 +13,7 @@
 #include "safetensors/safetensors.h"
 #include "tests/cli/cli_test_support.h"
 #include "tests/run/metrics_losses.h"
+#include "tests/run/tied_runs.h"
 
 namespace mfsdp::testing {
 namespace {
@@ -25,31 +26,15 @@ const std::string kChangedWeights = "tests/fixtures/safetensors/tied_lm_changed.
 // tied_lm.pt loaded onto the meta device and saved: its code and structure, no values.
 const std::string kSkeleton = "tests/fixtures/safetensors/tied_lm_skeleton.pt";
 
-std::string init_plan(const std::string& model, const std::string& name) {
-  const std::string path = temp_path(name + ".plan.json");
-  const RunResult r = mfsdp({"plan", model, "--world-size", "2", "--unit", "layers.*", "--unit",
-                             "<root>", "-o", path, "-q"});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return path;
-}
-
-std::vector<std::string> init_run(const std::string& plan, const std::string& metrics) {
-  return {"run",       plan,   "--data",         "examples/tiny_corpus.txt",
-          "--seq-len", "16",   "--global-batch", "8",
-          "--steps",   "4",    "--optimizer",    "adamw",
-          "--lr",      "3e-3", "--master-port",  "0",
-          "--metrics", metrics};
-}
-
 TEST(InitFrom, TrainsExactlyLikeTheModelFileTheWeightsCameFrom) {
   const std::string reference_metrics = temp_path("init_reference.jsonl");
   const std::string init_metrics = temp_path("init_from.jsonl");
   fs::remove(reference_metrics);
   fs::remove(init_metrics);
   const RunResult reference =
-      mfsdp(init_run(init_plan(kChangedModel, "init_reference"), reference_metrics));
+      mfsdp(tied_run(tied_plan(kChangedModel, "init_reference"), reference_metrics));
   ASSERT_EQ(reference.exit_code, 0) << reference.err;
-  std::vector<std::string> args = init_run(init_plan(kInitModel, "init_from"), init_metrics);
+  std::vector<std::string> args = tied_run(tied_plan(kInitModel, "init_from"), init_metrics);
   args.insert(args.end(), {"--init-from", kChangedWeights});
   const RunResult run = mfsdp(args);
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -63,7 +48,7 @@ TEST(InitFrom, TrainsExactlyLikeTheModelFileTheWeightsCameFrom) {
   // From the skeleton of the same model, whose file holds no values at all: the same again.
   const std::string skeleton_metrics = temp_path("init_skeleton.jsonl");
   fs::remove(skeleton_metrics);
-  args = init_run(init_plan(kSkeleton, "init_skeleton"), skeleton_metrics);
+  args = tied_run(tied_plan(kSkeleton, "init_skeleton"), skeleton_metrics);
   args.insert(args.end(), {"--init-from", kChangedWeights});
   const RunResult skeleton = mfsdp(args);
   ASSERT_EQ(skeleton.exit_code, 0) << skeleton.err;
@@ -71,7 +56,7 @@ TEST(InitFrom, TrainsExactlyLikeTheModelFileTheWeightsCameFrom) {
   // Not what the model file itself would train: the weights did come from the file.
   const std::string own_metrics = temp_path("init_own.jsonl");
   fs::remove(own_metrics);
-  ASSERT_EQ(mfsdp(init_run(init_plan(kInitModel, "init_own"), own_metrics)).exit_code, 0);
+  ASSERT_EQ(mfsdp(tied_run(tied_plan(kInitModel, "init_own"), own_metrics)).exit_code, 0);
   EXPECT_NE(rank0_losses(own_metrics), expected);
 }
 
@@ -95,7 +80,7 @@ TEST(InitFrom, ConvertsFloatingDtypesAndSaysSo) {
     writer.finish();
   }
   std::vector<std::string> args =
-      init_run(init_plan(kInitModel, "init_bf16"), temp_path("init_bf16.jsonl"));
+      tied_run(tied_plan(kInitModel, "init_bf16"), temp_path("init_bf16.jsonl"));
   args.insert(args.end(), {"--init-from", dir, "--steps", "1"});
   const RunResult run = mfsdp(args);
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -128,7 +113,7 @@ TEST(InitFrom, WeightsThatDoNotFitAreOneLineWithExitTwoAndNothingTrained) {
   }
   const std::string metrics = temp_path("init_bad.jsonl");
   fs::remove(metrics);
-  std::vector<std::string> args = init_run(init_plan(kInitModel, "init_bad"), metrics);
+  std::vector<std::string> args = tied_run(tied_plan(kInitModel, "init_bad"), metrics);
   args.insert(args.end(), {"--init-from", dir});
   const RunResult run = mfsdp(args);
   EXPECT_EQ(run.exit_code, 2) << run.err;
@@ -147,8 +132,8 @@ TEST(InitFrom, WeightsThatDoNotFitAreOneLineWithExitTwoAndNothingTrained) {
 // A skeleton has nothing to read: without weights, or where its values would be needed, one
 // line says what to do instead, before any step.
 TEST(InitFrom, ASkeletonWithoutWeightsIsRefusedWithTheOptions) {
-  const std::string plan = init_plan(kSkeleton, "skeleton_alone");
-  const RunResult run = mfsdp(init_run(plan, temp_path("skeleton_alone.jsonl")));
+  const std::string plan = tied_plan(kSkeleton, "skeleton_alone");
+  const RunResult run = mfsdp(tied_run(plan, temp_path("skeleton_alone.jsonl")));
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_NE(run.err.find("mfsdp: error: " + kRepo + "/" + kSkeleton +
                          " is a skeleton: its tensors were saved from the meta device and hold "
@@ -159,7 +144,7 @@ TEST(InitFrom, ASkeletonWithoutWeightsIsRefusedWithTheOptions) {
       << run.err;
   EXPECT_EQ(run.out.find("step 1/"), std::string::npos) << run.out;
 
-  std::vector<std::string> args = init_run(plan, temp_path("skeleton_save.jsonl"));
+  std::vector<std::string> args = tied_run(plan, temp_path("skeleton_save.jsonl"));
   args.insert(args.end(),
               {"--init-from", kChangedWeights, "--save-model", temp_path("skeleton_trained.pt")});
   const RunResult save = mfsdp(args);

@@ -11,6 +11,7 @@
 #include "safetensors/safetensors.h"
 #include "tests/cli/cli_test_support.h"
 #include "tests/run/metrics_losses.h"
+#include "tests/run/tied_runs.h"
 
 namespace mfsdp::testing {
 namespace {
@@ -22,37 +23,12 @@ const std::string kChangedFile = "tests/fixtures/safetensors/tied_lm_changed.pt"
 const std::string kChangedTensors = "tests/fixtures/safetensors/tied_lm_changed.safetensors";
 const std::string kSkeletonFile = "tests/fixtures/safetensors/tied_lm_skeleton.pt";
 
-std::string skeleton_plan(const std::string& model, const std::string& name) {
-  const std::string path = temp_path(name + ".plan.json");
-  const RunResult r = mfsdp({"plan", model, "--world-size", "2", "--unit", "layers.*", "--unit",
-                             "<root>", "-o", path, "-q"});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return path;
-}
-
-// A 2-rank run of `steps` steps writing fresh metrics to temp_path(name + ".jsonl").
+// A run of `steps` steps writing fresh metrics to temp_path(name + ".jsonl").
 std::vector<std::string> skeleton_run(const std::string& plan, const std::string& name,
                                       int steps = 4) {
   const std::string metrics = temp_path(name + ".jsonl");
   fs::remove(metrics);
-  return {"run",
-          plan,
-          "--data",
-          "examples/tiny_corpus.txt",
-          "--seq-len",
-          "16",
-          "--global-batch",
-          "8",
-          "--steps",
-          std::to_string(steps),
-          "--optimizer",
-          "adamw",
-          "--lr",
-          "3e-3",
-          "--master-port",
-          "0",
-          "--metrics",
-          metrics};
+  return tied_run(plan, metrics, steps);
 }
 
 std::vector<std::string> plus(std::vector<std::string> args, const std::vector<std::string>& more) {
@@ -63,12 +39,11 @@ std::vector<std::string> plus(std::vector<std::string> args, const std::vector<s
 // --init normal:0.02: the skeleton and the full model file start from the same values (the
 // file's are not read), which are small: the first loss is near log(vocabulary).
 TEST(SkeletonStart, InitTrainsTheSkeletonExactlyLikeTheFullFileWithTheSameRule) {
-  const RunResult full =
-      mfsdp(plus(skeleton_run(skeleton_plan(kFullModel, "rule_full"), "rule_full"),
-                 {"--init", "normal:0.02"}));
+  const RunResult full = mfsdp(plus(skeleton_run(tied_plan(kFullModel, "rule_full"), "rule_full"),
+                                    {"--init", "normal:0.02"}));
   ASSERT_EQ(full.exit_code, 0) << full.err;
   const RunResult skeleton =
-      mfsdp(plus(skeleton_run(skeleton_plan(kSkeletonFile, "rule_skeleton"), "rule_skeleton"),
+      mfsdp(plus(skeleton_run(tied_plan(kSkeletonFile, "rule_skeleton"), "rule_skeleton"),
                  {"--init", "normal:0.02"}));
   ASSERT_EQ(skeleton.exit_code, 0) << skeleton.err;
   EXPECT_NE(skeleton.out.find("[rank 0] mfsdp run: initial weights from normal:0.02 with seed 0: "
@@ -81,17 +56,17 @@ TEST(SkeletonStart, InitTrainsTheSkeletonExactlyLikeTheFullFileWithTheSameRule) 
   EXPECT_EQ(rank0_losses(temp_path("rule_full.jsonl")), losses);
   EXPECT_NEAR(losses.at(1), std::log(256.0), 0.05);
   // The model file's own values train otherwise; another seed starts elsewhere.
-  ASSERT_EQ(mfsdp(skeleton_run(skeleton_plan(kFullModel, "rule_own"), "rule_own")).exit_code, 0);
+  ASSERT_EQ(mfsdp(skeleton_run(tied_plan(kFullModel, "rule_own"), "rule_own")).exit_code, 0);
   EXPECT_NE(rank0_losses(temp_path("rule_own.jsonl")), losses);
   const RunResult reseeded =
-      mfsdp(plus(skeleton_run(skeleton_plan(kSkeletonFile, "rule_seed"), "rule_seed"),
+      mfsdp(plus(skeleton_run(tied_plan(kSkeletonFile, "rule_seed"), "rule_seed"),
                  {"--init", "normal:0.02", "--seed", "1"}));
   ASSERT_EQ(reseeded.exit_code, 0) << reseeded.err;
   EXPECT_NE(rank0_losses(temp_path("rule_seed.jsonl")).at(1), losses.at(1));
 }
 
 TEST(SkeletonStart, ConflictingOrMisspelledWeightSourcesAreOneLineWithExitTwo) {
-  const std::string plan = skeleton_plan(kSkeletonFile, "sources");
+  const std::string plan = tied_plan(kSkeletonFile, "sources");
   const std::pair<std::vector<std::string>, std::string> cases[] = {
       {{"--init", "normal:0.02", "--init-from", kChangedTensors},
        "mfsdp: error: --init-from and --init both give the initial weights; pass one\n"},
@@ -115,9 +90,9 @@ TEST(SkeletonStart, ConflictingOrMisspelledWeightSourcesAreOneLineWithExitTwo) {
 // launch's --init-from stays on the command line of a restart and is not read again.
 TEST(SkeletonStart, ASkeletonResumesFromACheckpointExactlyLikeAnUninterruptedRun) {
   const RunResult straight =
-      mfsdp(skeleton_run(skeleton_plan(kChangedFile, "resume_straight"), "resume_straight"));
+      mfsdp(skeleton_run(tied_plan(kChangedFile, "resume_straight"), "resume_straight"));
   ASSERT_EQ(straight.exit_code, 0) << straight.err;
-  const std::string plan = skeleton_plan(kSkeletonFile, "resume_skeleton");
+  const std::string plan = tied_plan(kSkeletonFile, "resume_skeleton");
   const std::string dir = temp_path("resume_skeleton_ckpt");
   fs::remove_all(dir);
   const RunResult first = mfsdp(plus(skeleton_run(plan, "resume_first", 2),
@@ -208,9 +183,9 @@ TEST(SkeletonStart, ANameMapRenamesTransposesAndSkipsToTrainLikeTheModelFile) {
   }
   const std::string map = "examples/name-maps/hf-gpt2.json";
   const RunResult reference =
-      mfsdp(skeleton_run(skeleton_plan(kChangedFile, "renamed_reference"), "renamed_reference"));
+      mfsdp(skeleton_run(tied_plan(kChangedFile, "renamed_reference"), "renamed_reference"));
   ASSERT_EQ(reference.exit_code, 0) << reference.err;
-  const std::string plan = skeleton_plan(kSkeletonFile, "renamed");
+  const std::string plan = tied_plan(kSkeletonFile, "renamed");
   const RunResult run =
       mfsdp(plus(skeleton_run(plan, "renamed"), {"--init-from", dir, "--name-map", map}));
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -249,10 +224,10 @@ TEST(SkeletonStart, ANameMapRenamesTransposesAndSkipsToTrainLikeTheModelFile) {
 TEST(SkeletonStart, AHuggingFaceGpt2CheckpointTrainsThroughTheShippedMap) {
   const std::string hf = "tests/fixtures/safetensors/hf_gpt2/";
   const RunResult reference =
-      mfsdp(skeleton_run(skeleton_plan(hf + "tinygpt.pt", "hf_reference"), "hf_reference"));
+      mfsdp(skeleton_run(tied_plan(hf + "tinygpt.pt", "hf_reference"), "hf_reference"));
   ASSERT_EQ(reference.exit_code, 0) << reference.err;
   const RunResult run = mfsdp(plus(
-      skeleton_run(skeleton_plan(kSkeletonFile, "hf_skeleton"), "hf_skeleton"),
+      skeleton_run(tied_plan(kSkeletonFile, "hf_skeleton"), "hf_skeleton"),
       {"--init-from", hf + "model.safetensors", "--name-map", "examples/name-maps/hf-gpt2.json"}));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find(": 28 parameter(s) renamed by examples/name-maps/hf-gpt2.json (8 "

@@ -17,7 +17,8 @@ foreach(line IN LISTS lines)
     string(APPEND content
       "add_test([==[${suite}.*]==] [==[${EXECUTABLE}]==] [==[--gtest_filter=${suite}.*]==])\n"
       "set_tests_properties([==[${suite}.*]==] PROPERTIES WORKING_DIRECTORY "
-      "[==[${WORKING_DIRECTORY}]==] LABELS [==[${LABELS}]==] TIMEOUT ${TIMEOUT})\n")
+      "[==[${WORKING_DIRECTORY}]==] LABELS [==[${LABELS}]==] TIMEOUT ${TIMEOUT} "
+      "SKIP_RETURN_CODE 77)\n")
   endif()
 endforeach()
 file(WRITE "${OUTPUT}" "${content}")

@@ -59,12 +59,10 @@ struct StoreClient::Impl {
     const wire::Nonce& server_nonce = greeting.server_nonce;
     const wire::Nonce client_nonce = wire::random_nonce();
     send_all(wire::hello(secret, server_nonce, client_nonce), deadline, "the handshake");
-    std::string verdict;
-    try {
-      verdict = receive_exactly(1, deadline, "the handshake");
-    } catch (const StoreHangup&) {
-      verdict = std::string(1, static_cast<char>(wire::kRefused));
-    }
+    // A store that refuses the secret says so before it hangs up; one that hangs up without a
+    // word dropped the connection to make room for newer ones (a flood of strangers), so this
+    // rank tries again like one that found nothing listening.
+    const std::string verdict = receive_exactly(1, deadline, "the handshake");
     if (static_cast<uint8_t>(verdict[0]) != wire::kAccepted) {
       throw StoreError("the rendezvous store at " + where +
                        " refused this rank's secret: start every rank with the same "

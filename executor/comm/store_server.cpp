@@ -1,11 +1,19 @@
 // StoreServer: one thread, one poll(2) loop over the listening socket and its connections.
 // A connection is a stranger until its hello proves the secret; strangers may send nothing
 // but that hello, get a few seconds to send it, and are counted and reported when refused.
+//
+// A flood of strangers costs the flooder more than the store: every connection is accepted,
+// and when the strangers' places are full the newest takes the place of the oldest from the
+// address holding the most, so a rank, which answers the greeting at once, gets in and is
+// trusted before a flood can push it out, and a flood from one address pushes out only its own.
+// A trusted connection is never dropped for a stranger; what it may store and leave unread is
+// bounded by StoreLimits.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +26,7 @@
 #include <map>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "executor/comm/store.h"
@@ -29,32 +38,45 @@ namespace {
 namespace wire = store_wire;
 using Clock = std::chrono::steady_clock;
 
-// A stranger must prove the secret this soon after connecting.
-constexpr std::chrono::seconds kHelloWindow(10);
-// Strangers held open at once; more are refused at once, so a flood cannot exhaust the host.
-constexpr size_t kMaxStrangers = 64;
 // Refusals reported on stderr, one line each; later ones are only counted.
 constexpr int kReportedRefusals = 5;
+// Requests one connection may have buffered: one frame of the largest size, its length first.
+constexpr size_t kMaxUnreadBytes = wire::kMaxFrameBytes + 4;
+// While no descriptor is left to accept a connection with, and no stranger to drop for one.
+constexpr std::chrono::milliseconds kAcceptPause(100);
+// Connections accepted in one turn of the loop, before it serves the others again: a flood
+// that never lets the accept queue run dry must not keep the ranks' requests waiting.
+constexpr int kAcceptsPerTurn = 32;
 
-std::string peer_name(const sockaddr_storage& address) {
+// The peer's address, and the same with its port.
+std::pair<std::string, std::string> peer_name(const sockaddr_storage& address) {
   char host[NI_MAXHOST] = {};
   char port[NI_MAXSERV] = {};
   if (getnameinfo(reinterpret_cast<const sockaddr*>(&address), sizeof address, host, sizeof host,
                   port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return "an unknown peer";
+    return {"?", "an unknown peer"};
   }
-  return std::string(host) + ":" + port;
+  return {host, std::string(host) + ":" + port};
+}
+
+size_t stranger_places(const StoreLimits& limits) {
+  if (limits.max_strangers > 0) return limits.max_strangers;
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) return 1024;
+  return std::clamp<size_t>(static_cast<size_t>(files.rlim_cur) / 4, 16, 1024);
 }
 
 struct Connection {
   int fd = -1;
-  std::string peer;
+  std::string host;      // the peer's address
+  std::string peer;      // and its port
   bool trusted = false;  // proved the secret
   bool closing = false;  // hang up once `out` is sent
   wire::Nonce server_nonce{};
   Clock::time_point hello_deadline;
   std::string in;
   std::string out;
+  bool held_back = false;  // requests left unhandled while its answers were unsent
   // A Get or Wait whose keys are not all set yet.
   bool waiting = false;
   wire::Op wait_op = wire::Op::kWait;
@@ -71,10 +93,17 @@ struct StoreServer::Impl {
   int wake_read = -1;
   int wake_write = -1;
   int port = 0;
+  StoreLimits limits;
+  size_t max_strangers = 0;
   std::atomic<int> refused{0};
+  std::atomic<size_t> most_strangers{0};
+  std::atomic<size_t> most_unsent{0};
+  Clock::time_point accept_paused_until;
   std::map<std::string, std::string> values;
-  bool changed = false;  // a key was set since waiters were last settled
-  std::list<Connection> connections;
+  size_t stored_bytes = 0;                     // of the keys and values
+  bool changed = false;                        // a key was set since waiters were last settled
+  std::list<Connection> connections;           // in the order they came
+  std::map<std::string, size_t> strangers_at;  // strangers held, by address
   std::thread thread;
 
   ~Impl() {
@@ -84,43 +113,88 @@ struct StoreServer::Impl {
     }
   }
 
-  void refuse(Connection& c, const std::string& why) {
+  void report(const std::string& peer, const std::string& why) {
     const int count = ++refused;
     if (count <= kReportedRefusals) {
       std::fprintf(
           stderr, "mfsdp: warning: the rendezvous store on %s refused a connection from %s: %s%s\n",
-          address.c_str(), c.peer.c_str(), why.c_str(),
+          address.c_str(), peer.c_str(), why.c_str(),
           count == kReportedRefusals ? " (further refusals are not reported)" : "");
     }
+  }
+
+  void refuse(Connection& c, const std::string& why) {
+    report(c.peer, why);
     c.closing = true;
   }
 
-  void accept_all() {
-    for (;;) {
+  size_t strangers() const { return strangers_held; }
+  size_t strangers_held = 0;
+
+  void no_longer_a_stranger(const Connection& c) {
+    --strangers_held;
+    if (--strangers_at[c.host] == 0) strangers_at.erase(c.host);
+  }
+
+  std::list<Connection>::iterator forget(std::list<Connection>::iterator it) {
+    if (!it->trusted) no_longer_a_stranger(*it);
+    close(it->fd);
+    return connections.erase(it);
+  }
+
+  // Closes the oldest stranger of the address that holds the most strangers; false if there is
+  // none. Connections are kept in the order they came, so the first of an address is its oldest.
+  bool drop_a_stranger() {
+    if (strangers_at.empty()) return false;
+    const std::string host =
+        std::max_element(strangers_at.begin(), strangers_at.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; })
+            ->first;
+    for (auto it = connections.begin(); it != connections.end(); ++it) {
+      if (it->trusted || it->host != host) continue;
+      if (!it->closing) {
+        report(it->peer,
+               "it had not proved this run's secret when newer connections needed "
+               "its place (" +
+                   std::to_string(max_strangers) + " strangers at most)");
+      }
+      forget(it);
+      return true;
+    }
+    return false;
+  }
+
+  void accept_some(Clock::time_point now) {
+    for (int turn = 0; turn < kAcceptsPerTurn; ++turn) {
       sockaddr_storage from{};
       socklen_t length = sizeof from;
       const int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&from), &length,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;  // EAGAIN, or a connection that went away while queued
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // No descriptor left for it: a stranger's place is the one to give up, else wait.
+          if (drop_a_stranger()) continue;
+          accept_paused_until = now + kAcceptPause;
+        }
+        return;  // EAGAIN, or a connection that went away while queued
+      }
       Connection c;
       c.fd = fd;
-      c.peer = peer_name(from);
-      const size_t strangers = static_cast<size_t>(std::count_if(
-          connections.begin(), connections.end(), [](const Connection& k) { return !k.trusted; }));
-      if (strangers >= kMaxStrangers) {
-        ++refused;
-        close(fd);
-        continue;
-      }
+      std::tie(c.host, c.peer) = peer_name(from);
       try {
         c.server_nonce = wire::random_nonce();
       } catch (const wire::WireError&) {
         close(fd);
         continue;
       }
-      c.hello_deadline = Clock::now() + kHelloWindow;
+      if (strangers() >= max_strangers) drop_a_stranger();
+      c.hello_deadline = now + limits.hello_window;
       c.out = wire::greeting(c.server_nonce);
+      transmit(c);  // at once: the sooner a rank has its greeting, the sooner it is trusted
+      ++strangers_held;
+      ++strangers_at[c.host];
       connections.push_back(std::move(c));
+      most_strangers = std::max(most_strangers.load(), strangers());
     }
   }
 
@@ -147,12 +221,32 @@ struct StoreServer::Impl {
 
   void handle(Connection& c, const wire::Frame& request, Clock::time_point now) {
     switch (static_cast<wire::Op>(request.tag)) {
-      case wire::Op::kSet:
+      case wire::Op::kSet: {
         if (request.fields.size() != 2) break;
-        values[request.fields[0]] = request.fields[1];
+        const std::string& key = request.fields[0];
+        const std::string& value = request.fields[1];
+        const auto old = values.find(key);
+        const size_t bytes = stored_bytes + key.size() + value.size() -
+                             (old == values.end() ? 0 : key.size() + old->second.size());
+        if (old == values.end() && values.size() >= limits.max_keys) {
+          answer(c, wire::Status::kError,
+                 {"the store is full: it holds " + std::to_string(values.size()) +
+                  " keys, its limit"});
+          return;
+        }
+        if (bytes > limits.max_stored_bytes) {
+          answer(c, wire::Status::kError,
+                 {"the store is full: it would hold " + std::to_string(bytes) +
+                  " bytes of keys and values, over its limit of " +
+                  std::to_string(limits.max_stored_bytes)});
+          return;
+        }
+        values[key] = value;
+        stored_bytes = bytes;
         changed = true;
         answer(c, wire::Status::kOk, {});
         return;
+      }
       case wire::Op::kCheck: {
         bool all_set = true;
         for (const std::string& k : request.fields) all_set = all_set && values.count(k) > 0;
@@ -198,9 +292,12 @@ struct StoreServer::Impl {
       }
       c.out += wire::acceptance(secret, c.server_nonce, hello.client_nonce);
       c.trusted = true;
+      no_longer_a_stranger(c);
       c.in.erase(0, wire::kHelloBytes);
     }
-    while (!c.waiting && !c.closing) {
+    for (;;) {
+      c.held_back = c.out.size() >= limits.max_unsent_bytes;
+      if (c.waiting || c.closing || c.held_back) return;
       std::optional<wire::Frame> request;
       try {
         request = wire::take_frame(c.in, "a request");
@@ -219,8 +316,9 @@ struct StoreServer::Impl {
     char buffer[64 * 1024];
     for (;;) {
       // A stranger's bytes beyond its hello are never needed: read no more than that.
-      const size_t room =
-          c.trusted ? sizeof buffer : std::min(sizeof buffer, wire::kHelloBytes - c.in.size());
+      // A rank's, no more than one request of the largest size.
+      const size_t wanted = c.trusted ? kMaxUnreadBytes : wire::kHelloBytes;
+      const size_t room = std::min(sizeof buffer, wanted - std::min(wanted, c.in.size()));
       if (room == 0) return true;
       const ssize_t n = recv(c.fd, buffer, room, 0);
       if (n > 0) {
@@ -251,14 +349,21 @@ struct StoreServer::Impl {
     for (;;) {
       Clock::time_point now = Clock::now();
       Clock::time_point next = now + std::chrono::seconds(1);
-      std::vector<pollfd> fds = {{wake_read, POLLIN, 0}, {listen_fd, POLLIN, 0}};
+      const bool accepting = now >= accept_paused_until;
+      if (!accepting) next = std::min(next, accept_paused_until);
+      std::vector<pollfd> fds = {{wake_read, POLLIN, 0}, {accepting ? listen_fd : -1, POLLIN, 0}};
       std::vector<Connection*> polled;
       for (Connection& c : connections) {
-        short events = c.closing ? 0 : POLLIN;
+        // A connection with answers it has not read, or a whole request not yet handled, is
+        // not read from: what it can make the store hold is bounded.
+        const bool reading = !c.closing && c.out.size() < limits.max_unsent_bytes &&
+                             c.in.size() < (c.trusted ? kMaxUnreadBytes : wire::kHelloBytes);
+        short events = reading ? POLLIN : 0;
         if (!c.out.empty()) events |= POLLOUT;
         fds.push_back({c.fd, events, 0});
         polled.push_back(&c);
         if (!c.trusted) next = std::min(next, c.hello_deadline);
+        if (c.held_back && c.out.size() < limits.max_unsent_bytes) next = now;
         if (c.waiting) next = std::min(next, c.wait_deadline);
       }
       const auto wait_ms =
@@ -272,16 +377,17 @@ struct StoreServer::Impl {
       for (size_t i = 0; i < polled.size(); ++i) {
         Connection& c = *polled[i];
         bool alive = true;
-        if (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) {
-          alive = receive(c);
-          if (alive && !c.closing) {
-            try {
-              consume(c, now);
-            } catch (const std::exception& e) {  // an HMAC failure, or out of memory
-              answer(c, wire::Status::kError, {e.what()});
-              c.closing = true;
-            }
+        if (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) alive = receive(c);
+        // Requests left over while the connection waited or had answers unsent are handled
+        // now, whether or not more arrived.
+        if (alive && !c.closing && !c.in.empty()) {
+          try {
+            consume(c, now);
+          } catch (const std::exception& e) {  // an HMAC failure, or out of memory
+            answer(c, wire::Status::kError, {e.what()});
+            c.closing = true;
           }
+          most_unsent = std::max(most_unsent.load(), c.out.size());
         }
         if (!alive) {
           c.closing = true;
@@ -291,7 +397,7 @@ struct StoreServer::Impl {
       for (Connection& c : connections) {
         if (!c.trusted && !c.closing && now >= c.hello_deadline) {
           refuse(c, "it did not prove this run's secret within " +
-                        std::to_string(kHelloWindow.count()) + " s");
+                        std::to_string(limits.hello_window.count()) + " ms");
         }
         if (c.waiting && (changed || now >= c.wait_deadline)) settle(c, now);
       }
@@ -299,20 +405,21 @@ struct StoreServer::Impl {
       for (auto it = connections.begin(); it != connections.end();) {
         const bool sent = transmit(*it);
         if (!sent || (it->closing && it->out.empty())) {
-          close(it->fd);
-          it = connections.erase(it);
+          it = forget(it);
         } else {
           ++it;
         }
       }
-      if (fds[1].revents & POLLIN) accept_all();
+      if (fds[1].revents & POLLIN) accept_some(now);
     }
   }
 };
 
-StoreServer::StoreServer(const std::string& host, int port, std::string secret)
+StoreServer::StoreServer(const std::string& host, int port, std::string secret, StoreLimits limits)
     : impl_(std::make_unique<Impl>()) {
   impl_->secret = std::move(secret);
+  impl_->limits = limits;
+  impl_->max_strangers = stranger_places(limits);
   const std::string where = host + ":" + std::to_string(port);
   if (port < 0 || port > 65535) {
     throw StoreError("the rendezvous port " + std::to_string(port) + " is out of range 0..65535");
@@ -328,7 +435,9 @@ StoreServer::StoreServer(const std::string& host, int port, std::string secret)
     }
     const int on = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);  // a port in TIME_WAIT is free
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+    // A deep accept queue (the kernel caps it at net.core.somaxconn): when a flood fills it,
+    // the kernel drops a rank's connection request and resends it only a second later.
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 4096) != 0) {
       const int error = errno;
       last_error = std::strerror(error);
       if (error == EADDRINUSE) last_error += " (another program, or another run, holds the port)";
@@ -373,6 +482,14 @@ int StoreServer::port() const {
 
 int StoreServer::refused() const {
   return impl_->refused.load();
+}
+
+size_t StoreServer::max_strangers_held() const {
+  return impl_->most_strangers.load();
+}
+
+size_t StoreServer::max_unsent_held() const {
+  return impl_->most_unsent.load();
 }
 
 }  // namespace mfsdp::executor

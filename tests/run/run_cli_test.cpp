@@ -28,6 +28,7 @@
 #include "schema/plan_json.h"
 #include "schema/plan_loader.h"
 #include "tests/cli/cli_test_support.h"
+#include "tests/executor/comm/stranger_flood.h"
 
 namespace mfsdp::testing {
 namespace {
@@ -675,6 +676,47 @@ TEST(RunCli, AStrangerAtTheRendezvousPortIsRefusedAndTheRunGoesOn) {
                          std::to_string(port) + " refused a connection from 127.0.0.1:"),
             std::string::npos)
       << run.err;
+}
+
+// A two-node run on one host, with more strangers at its rendezvous port than the store has
+// places for, saying nothing or trickling a hello, each back as soon as it is dropped: node 1
+// starts only once the flood holds every place, as a node started later by a scheduler would.
+// Its rank still gets in and the run trains within a timeout shorter than a stranger's hello
+// window was (until 0ac1070 every place stayed taken for 10 s at a time, and a flood that
+// refilled them kept the late rank out until it timed out).
+TEST(RunCli, AFloodOfStrangersAtTheRendezvousPortDoesNotKeepALateNodeOut) {
+  const executor::TrainConfig config = shared_config(3);
+  const std::string plan = plan_for(2, "run_flood");
+  const int port = free_port();
+  setenv("MFSDP_RDZV_SECRET", "a flood test's secret, 32 bytes long", 1);
+  std::vector<std::string> args = run_args(plan, config);
+  args.resize(args.size() - 4);  // drop --master-port 0 and the timeout
+  const auto node = [&](int rank) {
+    return mfsdp(with(args, {"--nnodes", "2", "--node-rank", std::to_string(rank),
+                             "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
+                             std::to_string(port), "--collective-timeout", "8"}));
+  };
+  testing::StrangerFlood flood(port, 1200, 100);
+  std::future<RunResult> node0 = std::async(std::launch::async, node, 0);
+  const bool filled = [&] {
+    for (int i = 0; i < 1000 && flood.dropped() < 1200; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return flood.dropped() >= 1200;
+  }();
+  const RunResult run1 = node(1);
+  const RunResult run0 = node0.get();
+  flood.stop();
+  unsetenv("MFSDP_RDZV_SECRET");
+  ASSERT_TRUE(filled) << "the flood never filled the store: " << flood.connected() << " connected; "
+                      << run0.err;
+  ASSERT_EQ(run0.exit_code, 0) << run0.out << run0.err;
+  ASSERT_EQ(run1.exit_code, 0) << run1.out << run1.err;
+  EXPECT_NE(run0.out.find("step 3/3  loss "), std::string::npos) << run0.out;
+  EXPECT_NE(run0.err.find("[rank 0] mfsdp: warning: the rendezvous store on 127.0.0.1:" +
+                          std::to_string(port) + " refused a connection from 127.0.0.1:"),
+            std::string::npos)
+      << run0.err;
 }
 
 TEST(RunCli, TraceShowsEveryRanksComputeAndStreamsWithOverlappingGathers) {

@@ -18,6 +18,7 @@
 
 #include "executor/comm/store.h"
 #include "executor/comm/store_wire.h"
+#include "tests/executor/comm/stranger_flood.h"
 
 namespace mfsdp::executor {
 namespace {
@@ -154,6 +155,136 @@ TEST(Store, ASilentStrangerDoesNotBlockTheRanks) {
   a.set("k", "v");
   EXPECT_EQ(b.get("k", 1s), "v");
   close(fd);
+}
+
+// Waits (up to 20 s) until `done` holds; false if it never did.
+bool eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 2000 && !done(); ++i) std::this_thread::sleep_for(10ms);
+  return done();
+}
+
+// Several hundred strangers that say nothing, or trickle a hello, keep every stranger's place
+// taken and take each one again as soon as the store drops it. The ranks still get in: a new
+// connection takes the oldest stranger's place, and a rank proves the secret long before as
+// many newer connections have come.
+TEST(Store, AFloodOfSilentAndSlowStrangersDoesNotKeepTheRanksOut) {
+  StoreLimits limits;
+  limits.max_strangers = 32;
+  StoreServer server("127.0.0.1", 0, kSecret, limits);
+  StoreClient before("127.0.0.1", server.port(), kSecret, 5s);
+  testing::StrangerFlood flood(server.port(), 300, 50);
+  ASSERT_TRUE(eventually([&] { return flood.dropped() >= 300; }))
+      << "the flood never filled the store: " << flood.connected() << " connected";
+  StoreClient during("127.0.0.1", server.port(), kSecret, 5s);
+  during.set("k", "v");
+  EXPECT_EQ(before.get("k", 1s), "v");
+  before.set("k2", "w");
+  EXPECT_EQ(during.get("k2", 1s), "w");
+  EXPECT_LE(server.max_strangers_held(), 32u);
+  EXPECT_GE(server.refused(), 300);
+}
+
+// Strangers from one address push out only each other: a connection from another address,
+// here one still to send its hello, keeps its place however many come, and proves the secret.
+TEST(Store, StrangersFromOneAddressPushOutOnlyEachOther) {
+  StoreLimits limits;
+  limits.max_strangers = 8;
+  StoreServer server("127.0.0.1", 0, kSecret, limits);
+  const int other = testing::StrangerFlood::connect_from(server.port(), "127.0.0.2");
+  if (other < 0) GTEST_SKIP() << "this host cannot connect from 127.0.0.2";
+  close(other);
+  const int rank = raw_connection(server.port());  // from 127.0.0.1
+  ASSERT_GE(rank, 0);
+  std::string greeting(store_wire::kGreetingBytes, '\0');
+  ASSERT_EQ(recv(rank, greeting.data(), greeting.size(), MSG_WAITALL),
+            static_cast<ssize_t>(greeting.size()));
+  testing::StrangerFlood flood(server.port(), 40, 0, "127.0.0.2");
+  ASSERT_TRUE(eventually([&] { return flood.dropped() >= 100; }));
+  const store_wire::GreetingCheck check = store_wire::check_greeting(greeting);
+  ASSERT_EQ(check.verdict, store_wire::GreetingCheck::kStore);
+  const std::string hello =
+      store_wire::hello(kSecret, check.server_nonce, store_wire::random_nonce());
+  ASSERT_EQ(send(rank, hello.data(), hello.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(hello.size()));
+  char verdict = 0;
+  ASSERT_EQ(recv(rank, &verdict, 1, MSG_WAITALL), 1) << "the store dropped the other address";
+  EXPECT_EQ(static_cast<uint8_t>(verdict), store_wire::kAccepted);
+  close(rank);
+}
+
+TEST(Store, RefusesSetsBeyondItsKeyAndByteLimits) {
+  StoreLimits limits;
+  limits.max_keys = 3;
+  limits.max_stored_bytes = 100;
+  StoreServer server("127.0.0.1", 0, kSecret, limits);
+  StoreClient client("127.0.0.1", server.port(), kSecret, 5s);
+  client.set("a", "1");
+  client.set("b", "2");
+  client.set("c", "3");
+  client.set("a", "overwriting a key adds none");
+  // A rejected request ends its connection (its stream may be out of step): a new one each.
+  std::string error =
+      error_of([&] { StoreClient("127.0.0.1", server.port(), kSecret, 5s).set("d", "4"); });
+  EXPECT_TRUE(
+      contains(error, "rejected setting 'd': the store is full: it holds 3 keys, its limit"))
+      << error;
+  error = error_of(
+      [&] { StoreClient("127.0.0.1", server.port(), kSecret, 5s).set("b", std::string(80, 'x')); });
+  EXPECT_TRUE(contains(error,
+                       "the store is full: it would hold 111 bytes of keys and values, "
+                       "over its limit of 100"))
+      << error;
+  StoreClient reader("127.0.0.1", server.port(), kSecret, 5s);
+  EXPECT_EQ(reader.get("a", 1s), "overwriting a key adds none");
+  EXPECT_EQ(reader.get("b", 1s), "2");
+  EXPECT_FALSE(reader.check({"d"}));
+}
+
+// A rank that sends requests and never reads the answers: the store stops reading its
+// requests once it holds max_unsent_bytes for it, and serves the rest once it reads again.
+TEST(Store, StopsReadingARankThatLeavesItsAnswersUnread) {
+  StoreLimits limits;
+  limits.max_unsent_bytes = size_t{1} << 20;
+  StoreServer server("127.0.0.1", 0, kSecret, limits);
+  const std::string value(256 << 10, 'v');
+  StoreClient("127.0.0.1", server.port(), kSecret, 5s).set("big", value);
+
+  const int fd = raw_connection(server.port());
+  ASSERT_GE(fd, 0);
+  std::string greeting(store_wire::kGreetingBytes, '\0');
+  ASSERT_EQ(recv(fd, greeting.data(), greeting.size(), MSG_WAITALL),
+            static_cast<ssize_t>(greeting.size()));
+  const store_wire::Nonce server_nonce = store_wire::check_greeting(greeting).server_nonce;
+  const std::string hello = store_wire::hello(kSecret, server_nonce, store_wire::random_nonce());
+  ASSERT_EQ(send(fd, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
+  std::string accepted(1 + store_wire::kMacBytes, '\0');
+  ASSERT_EQ(recv(fd, accepted.data(), accepted.size(), MSG_WAITALL),
+            static_cast<ssize_t>(accepted.size()));
+  ASSERT_EQ(static_cast<uint8_t>(accepted[0]), store_wire::kAccepted);
+
+  constexpr int kGets = 200;  // 50 MiB of answers, a few KiB of requests
+  std::string requests;
+  for (int i = 0; i < kGets; ++i) {
+    requests += store_wire::encode(static_cast<uint8_t>(store_wire::Op::kGet), {"0", "big"});
+  }
+  ASSERT_EQ(send(fd, requests.data(), requests.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(requests.size()));
+  // Every answer comes, in order, as the rank reads; the store never held more than its limit
+  // (and one answer) unsent.
+  for (int i = 0; i < kGets; ++i) {
+    std::string prefix(4, '\0');
+    ASSERT_EQ(recv(fd, prefix.data(), 4, MSG_WAITALL), 4) << "answer " << i;
+    std::string payload(store_wire::frame_length(prefix.data()), '\0');
+    ASSERT_EQ(recv(fd, payload.data(), payload.size(), MSG_WAITALL),
+              static_cast<ssize_t>(payload.size()));
+    const store_wire::Frame answer = store_wire::decode(payload);
+    ASSERT_EQ(answer.tag, static_cast<uint8_t>(store_wire::Status::kOk));
+    ASSERT_EQ(answer.fields.size(), 1u);
+    ASSERT_EQ(answer.fields[0], value);
+  }
+  close(fd);
+  EXPECT_GT(server.max_unsent_held(), 0u);
+  EXPECT_LE(server.max_unsent_held(), limits.max_unsent_bytes + value.size() + 64);
 }
 
 TEST(Store, ClientRefusesAServerThatIsNotAStore) {

@@ -1,5 +1,7 @@
 #include "executor/train/manifest.h"
 
+#include <cstdlib>
+#include <iostream>
 #include <limits>
 
 #include "schema/digest.h"
@@ -32,6 +34,11 @@ std::string manifest_checksum(const json& doc) {
   nlohmann::json canonical = nlohmann::json::parse(doc.dump());
   canonical.erase("checksum");
   return schema::sha256_hex(canonical.dump());
+}
+
+bool unchecked_manifests_accepted() {
+  const char* value = std::getenv(kAcceptUncheckedManifest);
+  return value != nullptr && std::string(value) == "1";
 }
 
 }  // namespace
@@ -91,9 +98,21 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
       fail(ExitCode::kUsage, path + " is format '" + format + "' but this build reads " +
                                  kCheckpointFormat + "; use the mfsdp that wrote it");
     }
-    // Manifests written before the checksum existed have none, and are read as they were.
-    if (doc.contains("checksum") &&
-        doc.at("checksum").get<std::string>() != manifest_checksum(doc)) {
+    // Every manifest this mfsdp writes carries its checksum, so one without it was stripped
+    // (or is older than the checksum): refused, unless the user vouches for it.
+    if (!doc.contains("checksum")) {
+      if (!unchecked_manifests_accepted()) {
+        fail(ExitCode::kUsage,
+             path +
+                 " has no checksum: mfsdp writes one into every manifest, so it was removed "
+                 "or the checkpoint is older than mfsdp of 2026-12-04; use another checkpoint, "
+                 "or set " +
+                 kAcceptUncheckedManifest + "=1 to read one you trust unchecked");
+      }
+      std::cerr << "mfsdp: warning: " << path << " has no checksum; reading it unchecked because "
+                << kAcceptUncheckedManifest << "=1 (its rank files and plan are still checked "
+                << "against the digests it lists)\n";
+    } else if (doc.at("checksum").get<std::string>() != manifest_checksum(doc)) {
       fail(ExitCode::kUsage, path +
                                  " does not match its own checksum: it was edited or damaged "
                                  "after the save; use another checkpoint");

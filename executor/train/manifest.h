@@ -16,6 +16,9 @@ namespace mfsdp::executor {
 inline constexpr const char* kCheckpointFormat = "mfsdp.checkpoint/1";
 inline constexpr const char* kManifestFile = "manifest.json";
 inline constexpr const char* kPlanFile = "plan.json";
+// Set to 1, this environment variable lets a manifest without a checksum (one older than the
+// checksum, 2026-12-04) be read, with a warning; otherwise it is refused.
+inline constexpr const char* kAcceptUncheckedManifest = "MFSDP_ACCEPT_UNCHECKED_MANIFEST";
 
 struct RankFileEntry {
   int64_t rank = 0;
@@ -46,7 +49,8 @@ RankFileEntry rank_entry_from_json(const nlohmann::ordered_json& doc, const std:
 // The manifest's text, with a checksum of itself.
 std::string dump_manifest(const Manifest& manifest);
 // `text` of the manifest at `path` (named in errors). Error(kUsage) naming the path when it is
-// not JSON, of another format, does not match its checksum, or lacks a field.
+// not JSON, of another format, has no checksum (unless kAcceptUncheckedManifest is 1) or does
+// not match it, or lacks a field.
 Manifest parse_manifest(const std::string& text, const std::string& path);
 
 }  // namespace mfsdp::executor

@@ -1,15 +1,20 @@
 // A checkpoint's manifest.json through what resume, export and latest_checkpoint do with its
 // text: parse_manifest (JSON text, format, checksum, fields, rank file names). Its only
-// documented error is a usage error. A manifest that reads must name its rank files inside the
-// checkpoint directory, and must write back as itself: dump_manifest, read again, dump again
-// gives the same bytes.
+// documented error is a usage error. The checksum is mandatory, so an input that is a JSON
+// object without one is also read sealed with its right checksum, to reach the fields. A manifest
+// that reads must name its rank files inside the checkpoint directory, and must write back as
+// itself: dump_manifest, read again, dump again gives the same bytes.
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "executor/train/manifest.h"
+#include "schema/digest.h"
 #include "schema/error.h"
+#include "schema/json_text.h"
 #include "tests/fuzz/harness.h"
 
 namespace mfsdp::fuzz {
@@ -40,16 +45,35 @@ void check_rewrite(const executor::Manifest& manifest) {
   }
 }
 
+// `text` with the checksum a save would have written, when it is a JSON object without one.
+bool sealed(const std::string& text, std::string& out) {
+  // Depth-limited, as parse_manifest reads it; then sorted, as the checksum is taken.
+  nlohmann::ordered_json ordered;
+  if (!schema::parse_json_text(text, ordered).empty()) return false;
+  if (!ordered.is_object() || ordered.contains("checksum")) return false;
+  nlohmann::json doc = nlohmann::json::parse(ordered.dump());
+  const std::string checksum = schema::sha256_hex(doc.dump());  // sorted keys, no spaces
+  doc["checksum"] = checksum;
+  out = doc.dump();
+  return true;
+}
+
+void read(const std::string& text) {
+  expect_only_usage_errors([&] {
+    const executor::Manifest manifest = executor::parse_manifest(text, kPath);
+    check_rank_files(manifest);
+    check_rewrite(manifest);
+  });
+}
+
 }  // namespace
 }  // namespace mfsdp::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mfsdp;
   const std::string text(reinterpret_cast<const char*>(data), size);
-  fuzz::expect_only_usage_errors([&] {
-    const executor::Manifest manifest = executor::parse_manifest(text, fuzz::kPath);
-    fuzz::check_rank_files(manifest);
-    fuzz::check_rewrite(manifest);
-  });
+  fuzz::read(text);
+  std::string with_checksum;
+  if (fuzz::sealed(text, with_checksum)) fuzz::read(with_checksum);
   return 0;
 }

@@ -222,8 +222,37 @@ TEST(CheckpointLoad, RefusesARankFileEditedTogetherWithItsManifestEntry) {
   expect_refused(ranks, {text, text});
 }
 
-// The checksum covers what the manifest says, not how it is laid out; manifests from before
-// it existed are read as they were.
+// The same edit with the checksum deleted: the checksum is not optional, so removing it is
+// refused too, instead of skipping the check.
+TEST(CheckpointLoad, RefusesAManifestWhoseChecksumWasRemoved) {
+  const auto ranks = resume_after("unsealed", [](const std::string& checkpoint, WorkerRun&) {
+    const std::string file = checkpoint + "/rank-00001.pt";
+    std::ofstream(file, std::ios::app | std::ios::binary) << "appended bytes";
+    std::ifstream in(checkpoint + "/manifest.json");
+    nlohmann::ordered_json manifest = nlohmann::ordered_json::parse(in);
+    manifest["ranks"][1]["bytes"] = fs::file_size(file);
+    manifest["ranks"][1]["sha256"] = schema::sha256_file_hex(file);
+    manifest.erase("checksum");
+    std::ofstream(checkpoint + "/manifest.json") << manifest.dump(2);
+  });
+  const std::string text =
+      "manifest.json has no checksum: mfsdp writes one into every manifest, so it was removed or "
+      "the checkpoint is older than mfsdp of 2026-12-04; use another checkpoint, or set "
+      "MFSDP_ACCEPT_UNCHECKED_MANIFEST=1 to read one you trust unchecked";
+  expect_refused(ranks, {text, text});
+}
+
+// The manifest's checksum as docs/checkpoints.md defines it, computed here independently: the
+// SHA-256 of the rest of the manifest as compact JSON with sorted keys.
+void seal(nlohmann::ordered_json& doc) {
+  nlohmann::json canonical = nlohmann::json::parse(doc.dump());
+  canonical.erase("checksum");
+  doc["checksum"] = schema::sha256_hex(canonical.dump());
+}
+
+// The checksum covers what the manifest says, not how it is laid out; a manifest without one
+// (older than the checksum, or stripped) is read only when the user sets
+// MFSDP_ACCEPT_UNCHECKED_MANIFEST=1.
 TEST(CheckpointManifest, ChecksumIgnoresLayoutAndCatchesAnyChangedValue) {
   const std::string dir = fresh_dir("checksum");
   executor::Manifest m;
@@ -237,9 +266,29 @@ TEST(CheckpointManifest, ChecksumIgnoresLayoutAndCatchesAnyChangedValue) {
     return executor::read_manifest(dir);
   };
   EXPECT_EQ(read_back(written).step, 3);  // no indentation: the same manifest
+  nlohmann::ordered_json resealed = written;
+  seal(resealed);
+  EXPECT_EQ(resealed, written);  // the writer's checksum is the documented one
   nlohmann::ordered_json older = written;
   older.erase("checksum");
-  EXPECT_EQ(read_back(older).ranks.size(), 1u);
+  try {
+    read_back(older);
+    ADD_FAILURE() << "a manifest without a checksum was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kUsage);
+    EXPECT_NE(std::string(e.what()).find("manifest.json has no checksum"), std::string::npos)
+        << e.what();
+  }
+  ::setenv("MFSDP_ACCEPT_UNCHECKED_MANIFEST", "1", 1);
+  ::testing::internal::CaptureStderr();
+  const size_t ranks = read_back(older).ranks.size();
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("MFSDP_ACCEPT_UNCHECKED_MANIFEST");
+  EXPECT_EQ(ranks, 1u);
+  EXPECT_NE(warning.find("manifest.json has no checksum; reading it unchecked because "
+                         "MFSDP_ACCEPT_UNCHECKED_MANIFEST=1"),
+            std::string::npos)
+      << warning;
   for (const char* field : {"step", "plan", "ranks"}) {
     nlohmann::ordered_json edited = written;
     if (std::string(field) == "step") edited["step"] = 4;
@@ -266,8 +315,8 @@ TEST(CheckpointManifest, RefusesFractionsAndIntegersBeyond64Bits) {
   const std::string path = "ckpt/step-00000003/manifest.json";
   const auto error_of = [&](const std::function<void(nlohmann::ordered_json&)>& edit) {
     nlohmann::ordered_json doc = written;
-    doc.erase("checksum");  // as a manifest from before the checksum, to reach the field
     edit(doc);
+    seal(doc);  // as someone who edits a manifest on purpose would, to reach the field
     try {
       executor::parse_manifest(doc.dump(2), path);
     } catch (const Error& e) {
@@ -299,7 +348,8 @@ TEST(CheckpointManifest, RefusesArraysAndObjectsNestedDeeperThan256Levels) {
   m.step = 3;
   m.config = {{"a", 1}, {"b", 2}};
   nlohmann::ordered_json doc = nlohmann::ordered_json::parse(executor::dump_manifest(m));
-  doc.erase("checksum");  // as a manifest from before the checksum, so that the deep one reads
+  // Without its checksum, which the one that reads gets back below: the depth is judged first.
+  doc.erase("checksum");
   const std::string text = doc.dump(2);
   const auto nested = [&](size_t arrays) {
     std::string deep = text;
@@ -307,7 +357,9 @@ TEST(CheckpointManifest, RefusesArraysAndObjectsNestedDeeperThan256Levels) {
                        "\"deep\": " + std::string(arrays, '[') + std::string(arrays, ']') + ", ");
   };
   // The manifest, its config and 254 arrays: 256 levels.
-  EXPECT_EQ(executor::parse_manifest(nested(254), "m.json").config.at("deep").size(), 1u);
+  nlohmann::ordered_json deepest = nlohmann::ordered_json::parse(nested(254));
+  seal(deepest);
+  EXPECT_EQ(executor::parse_manifest(deepest.dump(2), "m.json").config.at("deep").size(), 1u);
   const std::string deeper = nested(100000);
   const std::string line =
       std::to_string(std::count(deeper.begin(), deeper.begin() + deeper.find("deep"), '\n') + 1);

@@ -16,6 +16,7 @@
 #include "safetensors/safetensors.h"
 #include "schema/digest.h"
 #include "schema/error.h"
+#include "schema/model_path.h"
 #include "schema/plan_check.h"
 #include "schema/plan_json.h"
 #include "schema/plan_loader.h"
@@ -37,6 +38,47 @@ std::string read_text(const std::string& path) {
 
 namespace {
 
+// The model the manifest names, found as a plan's model is: an absolute path as it is, a
+// relative one (a manifest edited by hand) beside the manifest, else, with a warning, from the
+// current directory.
+std::string recorded_model(const std::string& checkpoint, const Manifest& manifest) {
+  const std::string manifest_path = checkpoint + "/" + kManifestFile;
+  const schema::ModelLocation model = schema::locate_model(manifest.model_path, manifest_path);
+  if (model.from_current_directory) {
+    std::cerr << "mfsdp: warning: " << manifest_path << " names model " << manifest.model_path
+              << ", which is not beside the checkpoint; using " << model.path
+              << " in the current directory; pass --model to be sure\n";
+  }
+  std::error_code error;
+  if (!fs::is_regular_file(model.path, error)) {
+    fail(ExitCode::kUsage, checkpoint + " was trained from " + model.path +
+                               ", which does not exist any more (or is not a file); pass the "
+                               "model file with --model");
+  }
+  return model.path;
+}
+
+// The model's bytes must be the ones the plan was made from: its frozen parameters are
+// exported as they are, and a file replaced since (retrained, re-saved, another model of the
+// same shapes) would pass the structural check. A model the user names with --model is their
+// choice, and only warned about.
+void check_model_content(const std::string& path, const schema::Plan& plan,
+                         const std::string& checkpoint, bool recorded) {
+  if (plan.model.sha256.empty()) return;  // a plan that records no content hash
+  const std::string sha256 = schema::sha256_file_hex(path);
+  if (sha256 == plan.model.sha256) return;
+  const std::string hashes = "(sha256 " + sha256.substr(0, 12) + ", the plan records " +
+                             plan.model.sha256.substr(0, 12) + ")";
+  if (recorded) {
+    fail(ExitCode::kUsage, checkpoint + " was trained from " + path +
+                               ", which has changed since its plan was made " + hashes +
+                               "; pass the model file the run trained with --model");
+  }
+  std::cerr << "mfsdp: warning: --model " << path
+            << " is not the file the checkpoint's plan was made from " << hashes
+            << "; exporting with its code and frozen tensors, as asked\n";
+}
+
 // What both formats start from: the checkpoint, opened as resume opens it, and the model it
 // was trained from (mapped: its tensors are read only where export reads them), which must be
 // of the checkpoint plan's structure.
@@ -54,12 +96,7 @@ ExportSource open_export(const std::string& checkpoint_arg, const std::string& m
   source.saved = open_checkpoint(checkpoint);  // as resume and reshard open it
   const Manifest& manifest = source.saved.manifest;
   summary.step = manifest.step;
-  summary.model_path = model_path.empty() ? manifest.model_path : model_path;
-  std::error_code error;
-  if (model_path.empty() && !fs::exists(summary.model_path, error)) {
-    fail(ExitCode::kUsage, checkpoint + " was trained from " + summary.model_path +
-                               ", which does not exist any more; pass the model file with --model");
-  }
+  summary.model_path = model_path.empty() ? recorded_model(checkpoint, manifest) : model_path;
   source.module = planner::load_module(summary.model_path);
   planner::require_plan_fits_model(
       source.saved.plan, planner::extract_model(source.module, summary.model_path),
@@ -67,6 +104,8 @@ ExportSource open_export(const std::string& checkpoint_arg, const std::string& m
       {"pass the model file the run trained with --model",
        "the checkpoint's plan.json was edited or damaged (its structural hash still matches the "
        "model); use another checkpoint"});
+  // Another model is told by its structure first; one of the same structure by its bytes.
+  check_model_content(summary.model_path, source.saved.plan, checkpoint, model_path.empty());
   return source;
 }
 

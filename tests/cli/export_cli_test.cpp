@@ -117,6 +117,62 @@ TEST(ExportCli, APlanOfAnotherMeshThanTheManifestIsRefused) {
   expect_refused(checkpoint, "/plan.json: not a valid plan (mesh.world_size");
 }
 
+// The model file the manifest names was replaced after training by one of the same structure
+// (here the trained model itself, which --save-model wrote): the structural check passes, but
+// its frozen tensors would not be the ones trained with, so export refuses it; the same file
+// named with --model is the user's choice, and only warned about.
+TEST(ExportCli, AModelFileReplacedSinceThePlanIsRefusedUnlessNamedWithModel) {
+  const std::string dir = temp_path("export_cli_replaced");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string model = dir + "/tied_lm.pt";
+  fs::copy_file(kRepo + "/tests/fixtures/tied_lm.pt", model);
+  const std::string plan = dir + "/tied_lm.plan.json";
+  ASSERT_EQ(mfsdp({"plan", model, "--world-size", "1", "--unit", "layers.*", "--unit", "<root>",
+                   "-o", plan, "-q"})
+                .exit_code,
+            0);
+  const RunResult run =
+      mfsdp({"run", plan, "--data", "examples/tiny_corpus.txt", "--seq-len", "16", "--global-batch",
+             "2", "--steps", "1", "--checkpoint-dir", dir + "/ckpt", "--save-model",
+             dir + "/trained.pt", "--master-port", "0"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string checkpoint = dir + "/ckpt/step-00000001";
+  EXPECT_EQ(mfsdp({"export", checkpoint, "-o", dir + "/before.pt", "-q"}).exit_code, 0);
+  fs::copy_file(dir + "/trained.pt", model, fs::copy_options::overwrite_existing);
+  expect_refused(checkpoint, checkpoint + " was trained from " + model +
+                                 ", which has changed since its plan was made (sha256 ");
+  expect_refused(checkpoint, "; pass the model file the run trained with --model");
+  const RunResult named =
+      mfsdp({"export", checkpoint, "-o", dir + "/named.pt", "--model", model, "-q"});
+  EXPECT_EQ(named.exit_code, 0) << named.err;
+  EXPECT_NE(named.err.find("mfsdp: warning: --model " + model +
+                           " is not the file the checkpoint's plan was made from (sha256 "),
+            std::string::npos)
+      << named.err;
+  EXPECT_TRUE(fs::exists(dir + "/named.pt"));
+}
+
+// A manifest naming its model by a relative path (edited by hand) is read as a plan's is:
+// beside the manifest, not from wherever export happens to run.
+TEST(ExportCli, ARelativeModelPathInTheManifestIsBesideTheCheckpoint) {
+  const std::string checkpoint = checkpoint_copy("relative");
+  fs::copy_file(kRepo + "/tests/fixtures/tied_lm.pt", checkpoint + "/model.pt");
+  ordered_json manifest = ordered_json::parse(read_file(checkpoint + "/manifest.json"));
+  manifest["model"]["path"] = "model.pt";
+  nlohmann::json canonical = nlohmann::json::parse(manifest.dump());
+  canonical.erase("checksum");
+  manifest["checksum"] = schema::sha256_hex(canonical.dump());
+  std::ofstream(checkpoint + "/manifest.json", std::ios::trunc) << manifest.dump(2) << "\n";
+  const RunResult r = mfsdp({"export", checkpoint, "-o", checkpoint + ".pt"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("-> " + checkpoint + ".pt"), std::string::npos) << r.err;
+  fs::remove(checkpoint + "/model.pt");
+  const std::string beside = fs::path(checkpoint + "/model.pt").lexically_normal().string();
+  expect_refused(checkpoint,
+                 checkpoint + " was trained from " + beside + ", which does not exist any more");
+}
+
 TEST(ExportCli, AManifestWithANulByteAndGarbageIsDamaged) {
   const std::string checkpoint = checkpoint_copy("nul");
   const std::string manifest = read_file(checkpoint + "/manifest.json");

@@ -3,6 +3,9 @@
 #include "schema/plan_json.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -62,8 +65,27 @@ TEST(PlanJson, CheckpointIsWrittenOnlyWhenTrueAndReadBack) {
             Lines{"units[1].checkpoint: expected a boolean, got an integer"});
 }
 
-TEST(PlanJson, DumpIsDeterministic) {
-  EXPECT_EQ(dump_plan(sample_plan()), dump_plan(sample_plan()));
+// The bytes of sample_plan() as reviewed and committed in tests/schema/sample_plan.json: a
+// change to how plans are written (key order, number format, indentation, a field) shows up
+// here and in that file's diff, instead of passing unseen. After a deliberate change, run this
+// test with MFSDP_WRITE_GOLDEN=1 to rewrite the file (the run fails, saying so), review the
+// diff and commit it.
+TEST(PlanJson, DumpIsTheReviewedGoldenText) {
+  const std::string path = std::string(MFSDP_SOURCE_DIR) + "/tests/schema/sample_plan.json";
+  const std::string text = dump_plan(sample_plan());
+  const char* write = std::getenv("MFSDP_WRITE_GOLDEN");
+  if (write != nullptr && std::string(write) == "1") {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+    FAIL() << "wrote " << path << "; review its diff and commit it";
+  }
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in) << "cannot read " << path;
+  const std::string golden((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, golden);
+  // And not from anything that varies between runs or copies: a plan that went through a
+  // copy and a round trip writes the same bytes.
+  const Plan copy = parse_plan(json::parse(golden)).plan;
+  EXPECT_EQ(dump_plan(copy), golden);
 }
 
 TEST(PlanJson, DumpIndentsTwoSpacesAndEndsWithNewline) {

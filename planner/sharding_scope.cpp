@@ -199,6 +199,26 @@ schema::Plan ShardingScope::finalize() {
   assign_slots(ir);
   measure_activations(ir);
   schema::Plan plan = emit_plan(ir);
+  // The verifier: every plan the planner emits passes the checks a loader applies, so a
+  // planner bug is caught here, naming the field, instead of at the first run's load.
+  // A scope may leave parameters in no unit (the plan says so, ownership.unmanaged); such a
+  // plan is one `mfsdp run` refuses to load, and the only rule it may break is the count.
+  const bool partial =
+      std::any_of(plan.diagnostics.begin(), plan.diagnostics.end(),
+                  [](const schema::Diagnostic& d) { return d.code == "ownership.unmanaged"; });
+  std::vector<schema::Problem> problems = schema::check_plan(plan);
+  problems.erase(std::remove_if(problems.begin(), problems.end(),
+                                [&](const schema::Problem& p) {
+                                  return partial && (p.path == "model.parameters" ||
+                                                     p.path == "model.parameter_numel");
+                                }),
+                 problems.end());
+  if (!problems.empty()) {
+    fail(ExitCode::kInternal, "the planner made a plan that breaks the plan rules (" +
+                                  problems.front().str() +
+                                  "); this is a bug in mfsdp: please report it with the model "
+                                  "and the flags");
+  }
   finalized_ = true;
   close();
   return plan;

@@ -67,7 +67,7 @@ void print_summary(const schema::Plan& plan, const std::string& model, const std
         << a->microbatch << (a->microbatch == 1 ? " sample; " : " samples; ")
         << format_bytes(a->combined_peak_bytes) << " with params, grads and slots\n";
   }
-  err << "  per step     all-gather " << format_bytes(plan.communication.all_gather_bytes) << " ("
+  err << "  microbatch   all-gather " << format_bytes(plan.communication.all_gather_bytes) << " ("
       << plan.communication.all_gather_count << "), reduce-scatter "
       << format_bytes(plan.communication.reduce_scatter_bytes) << " ("
       << plan.communication.reduce_scatter_count << ")\n";

@@ -203,18 +203,25 @@ TEST(CheckpointLoad, RefusesADamagedPlanJsonAsExportDoes) {
   }
 }
 
+// Appends to rank 1's file and records its new size and sha256 in the manifest (and, when
+// asked, deletes the manifest's checksum), as someone patching the shards by hand would.
+void change_rank_file_and_its_entry(const std::string& checkpoint, bool remove_checksum) {
+  const std::string file = checkpoint + "/rank-00001.pt";
+  std::ofstream(file, std::ios::app | std::ios::binary) << "appended bytes";
+  std::ifstream in(checkpoint + "/manifest.json");
+  nlohmann::ordered_json manifest = nlohmann::ordered_json::parse(in);
+  manifest["ranks"][1]["bytes"] = fs::file_size(file);
+  manifest["ranks"][1]["sha256"] = schema::sha256_file_hex(file);
+  if (remove_checksum) manifest.erase("checksum");
+  std::ofstream(checkpoint + "/manifest.json") << manifest.dump(2);
+}
+
 // A rank file changed and its size and sha256 in the manifest changed to match, as someone
 // patching the shards by hand would: the manifest's own checksum no longer matches, so the
 // edit is caught before any rank trains on the changed shards.
 TEST(CheckpointLoad, RefusesARankFileEditedTogetherWithItsManifestEntry) {
   const auto ranks = resume_after("rehashed", [](const std::string& checkpoint, WorkerRun&) {
-    const std::string file = checkpoint + "/rank-00001.pt";
-    std::ofstream(file, std::ios::app | std::ios::binary) << "appended bytes";
-    std::ifstream in(checkpoint + "/manifest.json");
-    nlohmann::ordered_json manifest = nlohmann::ordered_json::parse(in);
-    manifest["ranks"][1]["bytes"] = fs::file_size(file);
-    manifest["ranks"][1]["sha256"] = schema::sha256_file_hex(file);
-    std::ofstream(checkpoint + "/manifest.json") << manifest.dump(2);
+    change_rank_file_and_its_entry(checkpoint, /*remove_checksum=*/false);
   });
   const std::string text =
       "manifest.json does not match its own checksum: it was edited or "
@@ -226,14 +233,7 @@ TEST(CheckpointLoad, RefusesARankFileEditedTogetherWithItsManifestEntry) {
 // refused too, instead of skipping the check.
 TEST(CheckpointLoad, RefusesAManifestWhoseChecksumWasRemoved) {
   const auto ranks = resume_after("unsealed", [](const std::string& checkpoint, WorkerRun&) {
-    const std::string file = checkpoint + "/rank-00001.pt";
-    std::ofstream(file, std::ios::app | std::ios::binary) << "appended bytes";
-    std::ifstream in(checkpoint + "/manifest.json");
-    nlohmann::ordered_json manifest = nlohmann::ordered_json::parse(in);
-    manifest["ranks"][1]["bytes"] = fs::file_size(file);
-    manifest["ranks"][1]["sha256"] = schema::sha256_file_hex(file);
-    manifest.erase("checksum");
-    std::ofstream(checkpoint + "/manifest.json") << manifest.dump(2);
+    change_rank_file_and_its_entry(checkpoint, /*remove_checksum=*/true);
   });
   const std::string text =
       "manifest.json has no checksum: mfsdp writes one into every manifest, so it was removed or "

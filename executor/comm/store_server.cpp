@@ -104,6 +104,7 @@ struct StoreServer::Impl {
   bool changed = false;                        // a key was set since waiters were last settled
   std::list<Connection> connections;           // in the order they came
   std::map<std::string, size_t> strangers_at;  // strangers held, by address
+  size_t strangers_held = 0;                   // and in all
   std::thread thread;
 
   ~Impl() {
@@ -127,9 +128,6 @@ struct StoreServer::Impl {
     report(c.peer, why);
     c.closing = true;
   }
-
-  size_t strangers() const { return strangers_held; }
-  size_t strangers_held = 0;
 
   void no_longer_a_stranger(const Connection& c) {
     --strangers_held;
@@ -187,14 +185,14 @@ struct StoreServer::Impl {
         close(fd);
         continue;
       }
-      if (strangers() >= max_strangers) drop_a_stranger();
+      if (strangers_held >= max_strangers) drop_a_stranger();
       c.hello_deadline = now + limits.hello_window;
       c.out = wire::greeting(c.server_nonce);
       transmit(c);  // at once: the sooner a rank has its greeting, the sooner it is trusted
       ++strangers_held;
       ++strangers_at[c.host];
       connections.push_back(std::move(c));
-      most_strangers = std::max(most_strangers.load(), strangers());
+      most_strangers = std::max(most_strangers.load(), strangers_held);
     }
   }
 

@@ -111,7 +111,8 @@ bool use_color(const std::string& color) {
 // The diff's output with the predicted step of both plans: one more line of text or
 // markdown, a `prediction` object in JSON.
 std::string with_predicted_step(const std::string& text, DiffFormat format,
-                                const PlanPrediction& old_p, const PlanPrediction& new_p) {
+                                const predict::PlanPrediction& old_p,
+                                const predict::PlanPrediction& new_p) {
   const double before = old_p.prediction.step_us / 1000, after = new_p.prediction.step_us / 1000;
   const double percent = before > 0 ? 100 * (after - before) / before : 0;
   if (format == DiffFormat::kJson) {
@@ -153,12 +154,12 @@ void run_diff(const DiffFlags& flags) {
   report.thresholds = schema::check_thresholds(report.diff, thresholds);
   // Predicted before anything is printed, so that a plan that cannot be predicted fails
   // with one line instead of after a diff.
-  std::optional<std::pair<PlanPrediction, PlanPrediction>> predicted;
+  std::optional<std::pair<predict::PlanPrediction, predict::PlanPrediction>> predicted;
   if (!flags.prediction.profile.empty()) {
-    const PredictRequest request = predict_request(flags.prediction);
+    const predict::PredictRequest request = predict_request(flags.prediction);
     const auto predict = [&](const schema::Plan& plan, const std::string& path) {
       try {
-        return predict_plan(plan, request);
+        return predict::predict_plan(plan, request);
       } catch (const Error& e) {
         fail(e.code(), path + ": " + e.what());
       }

@@ -19,10 +19,10 @@
 
 #include "cli/byte_size.h"
 #include "cli/plan_flags.h"
-#include "cli/plan_search.h"
 #include "cli/plan_summary.h"
 #include "cli/predict_flags.h"
 #include "cli/rank_launch.h"
+#include "cli/search_report.h"
 #include "cli/whole_number.h"
 #include "planner/scope_file.h"
 #include "planner/sharding_scope.h"
@@ -163,8 +163,9 @@ int trace_thread_count(int64_t given, const schema::Mesh& mesh) {
 }
 
 // The plan's `prediction` section, each time rounded to 0.001 ms.
-schema::StepPrediction predicted_step(const schema::Plan& plan, const PredictRequest& request) {
-  const PlanPrediction p = predict_plan(plan, request);
+schema::StepPrediction predicted_step(const schema::Plan& plan,
+                                      const predict::PredictRequest& request) {
+  const predict::PlanPrediction p = predict::predict_plan(plan, request);
   const auto ms = [](double us) { return std::round(us) / 1000; };
   schema::StepPrediction s;
   s.profile = p.profile.name;
@@ -176,7 +177,7 @@ schema::StepPrediction predicted_step(const schema::Plan& plan, const PredictReq
   s.exposed_comm_ms = ms(p.prediction.exposed_comm_us);
   s.contention_ms = ms(p.prediction.contention_us);
   s.step_ms = s.compute_ms + s.exposed_comm_ms + s.contention_ms;
-  s.memory_bytes = rank_memory_bytes(plan, p.optimizer, p.model.microbatch_samples);
+  s.memory_bytes = predict::rank_memory_bytes(plan, p.optimizer, p.model.microbatch_samples);
   return s;
 }
 
@@ -207,10 +208,13 @@ void check_whole_model(const schema::Plan& plan) {
 
 // --optimize and --sweep: the plans tried, the table and the choice printed; returns the plan
 // to write (the chosen one, or with --sweep alone the user's).
-schema::Plan search(const PlanFlags& flags, const CLI::App& cmd, planner::ShardedModel& model,
-                    const schema::Mesh& mesh, const schema::Policy& policy,
-                    const std::optional<schema::Training>& training, UnitChoice yours,
-                    const std::vector<planner::TraceInput>& trace_inputs, int trace_repeats) {
+schema::Plan search_plans_and_choose(const PlanFlags& flags, const CLI::App& cmd,
+                                     planner::ShardedModel& model, const schema::Mesh& mesh,
+                                     const schema::Policy& policy,
+                                     const std::optional<schema::Training>& training,
+                                     search::UnitChoice yours,
+                                     const std::vector<planner::TraceInput>& trace_inputs,
+                                     int trace_repeats) {
   SearchInput in;
   if (cmd.count("--memory-budget")) {
     in.memory_budget = parse_bytes(flags.memory_budget, "--memory-budget");
@@ -236,7 +240,7 @@ schema::Plan search(const PlanFlags& flags, const CLI::App& cmd, planner::Sharde
   in.training = training;
   in.check_yours = check_whole_model;
   if (!flags.prediction.profile.empty()) {
-    in.profile = schema::load_profile(flags.prediction.profile);
+    in.profile = predict::load_profile(flags.prediction.profile);
     in.predict = predict_request(flags.prediction);
   }
   for (const std::string& item : split_list(flags.sweep_worlds)) {
@@ -372,10 +376,11 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
   if (searching) {
     // The threads a rank of this plan gets from mfsdp run on one node, unless told.
     planner::set_compute_threads(trace_thread_count(trace_threads, mesh));
-    UnitChoice yours{flags.auto_units ? "blocks + model" : "yours", modules, checkpoint, reshard};
+    search::UnitChoice yours{flags.auto_units ? "blocks + model" : "yours", modules, checkpoint,
+                             reshard};
     write_plan(flags, training,
-               search(flags, cmd, model, mesh, policy, training, yours, trace_inputs,
-                      static_cast<int>(trace_repeats)));
+               search_plans_and_choose(flags, cmd, model, mesh, policy, training, yours,
+                                       trace_inputs, static_cast<int>(trace_repeats)));
     return;
   }
   planner::ShardingScope scope(model, mesh, policy);

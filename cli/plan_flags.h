@@ -39,7 +39,7 @@ struct PlanFlags {
   std::string training_file;
   bool quiet = false;
   bool json_summary = false;
-  // The search (cli/plan_search.h).
+  // The search (search/plan_search.h).
   bool optimize = false, sweep = false;
   std::string sweep_worlds, memory_budget;
   PredictFlags prediction;

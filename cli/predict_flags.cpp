@@ -5,6 +5,7 @@
 
 #include "cli/whole_number.h"
 #include "schema/error.h"
+#include "schema/optimizer.h"
 
 namespace mfsdp::cli {
 
@@ -30,7 +31,7 @@ void add_predict_flags(CLI::App& cmd, PredictFlags& flags, const std::string& wh
                  when +
                      "the optimizer whose step and state count (default: the plan's, else "
                      "adamw)")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+      ->check(CLI::IsMember(schema::optimizer_names()));
 }
 
 const std::vector<std::string>& predict_detail_flags() {
@@ -39,8 +40,8 @@ const std::vector<std::string>& predict_detail_flags() {
   return names;
 }
 
-PredictRequest predict_request(const PredictFlags& flags) {
-  PredictRequest request;
+predict::PredictRequest predict_request(const PredictFlags& flags) {
+  predict::PredictRequest request;
   request.profile = flags.profile;
   if (!flags.microbatches.empty()) {
     request.microbatches =

@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cli/predict_report.h"
+#include "predict/plan_prediction.h"
 
 namespace mfsdp::cli {
 
@@ -25,6 +25,6 @@ const std::vector<std::string>& predict_detail_flags();
 
 // The request the flags make: whole numbers in range, a scale > 0. Error(kUsage), one line
 // naming the flag, otherwise.
-PredictRequest predict_request(const PredictFlags& flags);
+predict::PredictRequest predict_request(const PredictFlags& flags);
 
 }  // namespace mfsdp::cli

@@ -18,9 +18,9 @@
 #include "executor/comm/collective_probe.h"
 #include "executor/runtime/cuda_runtime.h"
 #include "executor/train/probe.h"
+#include "predict/profile.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
-#include "schema/profile.h"
 
 namespace mfsdp::cli {
 namespace {
@@ -135,10 +135,10 @@ std::string fixed(double value, int digits) {
   return text;
 }
 
-void print_summary(const schema::Profile& profile, const std::string& output, std::ostream& out) {
+void print_summary(const predict::Profile& profile, const std::string& output, std::ostream& out) {
   out << profile.description << "\n";
   out << "collective        latency   bandwidth   median per size\n";
-  for (const schema::CollectiveProfile& c : profile.collectives) {
+  for (const predict::CollectiveProfile& c : profile.collectives) {
     std::string name = c.kind;
     name.resize(14, ' ');
     std::string latency = fixed(c.cost.latency_us, 1) + " us";
@@ -152,7 +152,7 @@ void print_summary(const schema::Profile& profile, const std::string& output, st
     }
     out << "\n";
   }
-  const schema::ComputeProfile& compute = profile.compute;
+  const predict::ComputeProfile& compute = profile.compute;
   out << "compute per rank: matmul "
       << (compute.reference_gflops ? fixed(*compute.reference_gflops, 1) : "?") << " GFLOP/s";
   if (!compute.optimizer_ns_per_element.empty()) {
@@ -175,11 +175,11 @@ void print_summary(const schema::Profile& profile, const std::string& output, st
 }
 
 // The profile rank 0 wrote, read back by our launcher for its summary.
-schema::Profile read_profile(const std::string& path) {
+predict::Profile read_profile(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail(ExitCode::kIo, path + ": cannot read the profile rank 0 wrote");
   try {
-    return schema::parse_profile(nlohmann::json::parse(in));
+    return predict::parse_profile(nlohmann::json::parse(in));
   } catch (const nlohmann::json::exception& e) {
     fail(ExitCode::kInternal, path + ": the profile rank 0 wrote is not JSON: " + e.what());
   }
@@ -245,9 +245,9 @@ void probe_as_rank(const ProbeFlags& flags, const std::vector<int64_t>& sizes, i
   config.repeats = repeats;
   config.threads = flags.launcher.threads > 0 ? flags.launcher.threads : env_threads();
   config.device = flags.device;
-  const std::optional<schema::Profile> profile = executor::probe(config, env);
+  const std::optional<predict::Profile> profile = executor::probe(config, env);
   if (!profile) return;
-  schema::write_file_atomically(flags.output, schema::profile_text(*profile));
+  schema::write_file_atomically(flags.output, predict::profile_text(*profile));
   // Our own launcher prints the summary itself, without the "[rank 0] " prefix of its ranks.
   const char* ours = std::getenv("MFSDP_RUN_WORKER");
   if (!flags.quiet && !(ours && std::string(ours) == "1")) {

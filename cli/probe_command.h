@@ -5,7 +5,7 @@
 namespace mfsdp::cli {
 
 // Adds `mfsdp probe` to `app`: measures this machine's collectives and compute into a profile
-// (schema/profile.h). Like `mfsdp run`, it starts its ranks (copies of this program with the
+// (predict/profile.h). Like `mfsdp run`, it starts its ranks (copies of this program with the
 // same arguments) unless a launcher's environment says it is one of them.
 void add_probe_command(CLI::App& app, int argc, char** argv);
 

@@ -11,12 +11,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/calibrate.h"
 #include "cli/plan_report.h"
 #include "cli/predict_flags.h"
 #include "cli/predict_report.h"
 #include "cli/validate_command.h"
 #include "cli/whole_number.h"
+#include "predict/calibrate.h"
 #include "schema/error.h"
 #include "schema/plan_json.h"
 
@@ -60,11 +60,11 @@ profile cannot be written.
 )";
 
 void show_prediction(const schema::Plan& plan, const ShowFlags& flags) {
-  PredictRequest request = predict_request(flags.prediction);
+  predict::PredictRequest request = predict_request(flags.prediction);
   request.metrics_path = flags.metrics_path;
   request.run_trace_path = flags.run_trace_path;
   if (flags.calibrate_path.empty()) {
-    const PlanPrediction prediction = predict_plan(plan, request);
+    const predict::PlanPrediction prediction = predict::predict_plan(plan, request);
     if (flags.format == "json") {
       std::cout << prediction_json(prediction).dump(2) << "\n";
     } else {
@@ -73,11 +73,11 @@ void show_prediction(const schema::Plan& plan, const ShowFlags& flags) {
     return;
   }
   // --calibrate: the profile fitted to the run, written, and the plan predicted on it.
-  const PlanPrediction before = predict_plan(plan, request);
-  const CalibrationFit fit =
-      calibrate(plan, before.profile, request, *before.measured, flags.plan, flags.metrics_path);
-  schema::write_file_atomically(flags.calibrate_path, schema::profile_text(fit.profile));
-  const PlanPrediction after = predict_plan(plan, fit.profile, request);
+  const predict::PlanPrediction before = predict::predict_plan(plan, request);
+  const predict::CalibrationFit fit = predict::calibrate(
+      plan, before.profile, request, *before.measured, flags.plan, flags.metrics_path);
+  schema::write_file_atomically(flags.calibrate_path, predict::profile_text(fit.profile));
+  const predict::PlanPrediction after = predict::predict_plan(plan, fit.profile, request);
   char factors[160];
   std::snprintf(factors, sizeof factors, "compute x%.3f, collectives x%.3f", fit.compute_factor,
                 fit.collective_factor);

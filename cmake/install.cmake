@@ -7,11 +7,11 @@ include(CMakePackageConfigHelpers)
 
 set(MFSDP_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/mfsdp)
 
-# The exported names: mfsdp::schema, mfsdp::planner, mfsdp::executor, ... The interface
-# targets mfsdp_torch (LibTorch, with the system Gloo first) and mfsdp_cuda (cudart, NCCL)
-# travel with them; the config file finds their dependencies again.
-set(_mfsdp_exported mfsdp_schema mfsdp_safetensors mfsdp_torchscript mfsdp_planner
-    mfsdp_executor_comm mfsdp_executor mfsdp_launch mfsdp_torch)
+# The exported names: mfsdp::schema, mfsdp::predict, mfsdp::planner, mfsdp::executor, ... The
+# interface targets mfsdp_torch (LibTorch, with the system Gloo first) and mfsdp_cuda (cudart,
+# NCCL) travel with them; the config file finds their dependencies again.
+set(_mfsdp_exported mfsdp_schema mfsdp_predict mfsdp_safetensors mfsdp_torchscript mfsdp_planner
+    mfsdp_search mfsdp_executor_comm mfsdp_executor mfsdp_launch mfsdp_torch)
 if(MFSDP_CUDA_ENABLED)
   list(APPEND _mfsdp_exported mfsdp_executor_cuda mfsdp_cuda)
 endif()
@@ -25,7 +25,7 @@ install(TARGETS ${_mfsdp_exported} EXPORT mfsdpTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # Every header of the libraries, in the source tree's layout: the public ones include
 # internal ones, and a program includes them as "executor/runtime/context.h".
-install(DIRECTORY schema safetensors planner executor
+install(DIRECTORY schema predict safetensors planner search executor
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mfsdp FILES_MATCHING PATTERN "*.h")
 install(FILES schema/plan.schema.json DESTINATION ${CMAKE_INSTALL_DATADIR}/mfsdp)
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "schema/check_context.h"
+#include "schema/optimizer.h"
 #include "schema/plan_rules.h"
 
 namespace mfsdp::schema {
@@ -240,9 +241,9 @@ void check_prediction(Context& context) {
   if (p.microbatch_samples < 1) {
     context.report("prediction.microbatch_samples", "must be at least 1");
   }
-  if (p.optimizer != "sgd" && p.optimizer != "adam" && p.optimizer != "adamw") {
-    context.report("prediction.optimizer", "is " + quote(p.optimizer) + ", expected " +
-                                               quote_list({"sgd", "adam", "adamw"}));
+  if (!find_optimizer(p.optimizer)) {
+    context.report("prediction.optimizer",
+                   "is " + quote(p.optimizer) + ", expected " + quote_list(optimizer_names()));
   }
   bool finite = true;
   for (const auto& [name, ms] : {std::pair<const char*, double>{"compute_scale", p.compute_scale},
@@ -333,7 +334,7 @@ std::vector<Problem> check_training(const Training& t) {
       report(key, "is " + check::quote(*value) + "; expected one of " + check::quote_list(names));
     }
   };
-  one_of("optimizer", t.optimizer, {"sgd", "adam", "adamw"});
+  one_of("optimizer", t.optimizer, optimizer_names());
   one_of("lr_schedule", t.lr_schedule, {"constant", "cosine"});
   one_of("loss", t.loss, {"cross_entropy", "mse", "model"});
   if (t.lr && !(*t.lr > 0)) report("lr", "must be above 0");

@@ -8,6 +8,7 @@
 
 #include "executor/runtime/context.h"
 #include "executor/train/sharded_optimizer.h"
+#include "predict/plan_prediction.h"
 #include "schema/error.h"
 
 using namespace mfsdp;
@@ -22,6 +23,10 @@ int main(int argc, char** argv) {
     executor::OptimizerConfig adamw;
     adamw.lr = 3e-3;
     executor::ShardedOptimizer optimizer(*ctx, adamw);
+    if (ctx->rank() == 0) {  // what the plan says a rank holds, before any step (mfsdp::predict)
+      std::cout << "predicted " << predict::rank_state_bytes(ctx->plan(), adamw.kind)
+                << " bytes per rank for parameters, gradients, optimizer state and slots\n";
+    }
 
     std::ifstream in(argv[3], std::ios::binary);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

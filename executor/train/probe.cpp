@@ -16,6 +16,7 @@
 #include "executor/runtime/cuda_runtime.h"
 #include "planner/torchscript/reference_compute.h"
 #include "schema/error.h"
+#include "schema/optimizer.h"
 
 namespace mfsdp::executor {
 namespace {
@@ -95,11 +96,11 @@ std::string describe(int world, const std::vector<std::string>& hosts, const Pro
 }  // namespace
 
 const std::vector<std::string>& probed_optimizers() {
-  static const std::vector<std::string> names = {"sgd", "adam", "adamw"};
+  static const std::vector<std::string> names = schema::optimizer_names();
   return names;
 }
 
-std::optional<schema::Profile> probe(const ProbeConfig& config, const LaunchEnv& env) {
+std::optional<predict::Profile> probe(const ProbeConfig& config, const LaunchEnv& env) {
   if (config.device != "cpu" && config.device != "cuda") {
     fail(ExitCode::kUsage, "mfsdp probe: device must be cpu or cuda, got '" + config.device + "'");
   }
@@ -139,7 +140,7 @@ std::optional<schema::Profile> probe(const ProbeConfig& config, const LaunchEnv&
   const std::vector<std::string> computed = rendezvous.exchange("probe/compute", encode(figures));
   if (rendezvous.rank() != 0) return std::nullopt;
 
-  schema::Profile profile;
+  predict::Profile profile;
   profile.name = "probe";
   const int threads = at::get_num_threads();
   profile.description = describe(env.world_size, hosts, *backend, threads);
@@ -148,7 +149,7 @@ std::optional<schema::Profile> probe(const ProbeConfig& config, const LaunchEnv&
   // The threads that computed: on a GPU the host's threads only launch its kernels.
   if (device == "cpu") profile.threads_per_rank = threads;
   for (const CollectiveSeries& s : series) {
-    schema::CollectiveProfile& collective = profile.collectives.emplace_back();
+    predict::CollectiveProfile& collective = profile.collectives.emplace_back();
     collective.kind = s.kind;
     collective.world_size = env.world_size;
     for (const CollectiveSample& sample : s.samples) {
@@ -157,7 +158,7 @@ std::optional<schema::Profile> probe(const ProbeConfig& config, const LaunchEnv&
       for (double us : sample.us) sum += us;
       collective.points.push_back({sample.bytes, sum / static_cast<double>(sample.us.size())});
     }
-    collective.cost = schema::fit_collective(collective.points);
+    collective.cost = predict::fit_collective(collective.points);
   }
   std::vector<std::vector<double>> by_figure(2 + probed_optimizers().size());
   for (const std::string& text : computed) {

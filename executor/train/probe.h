@@ -3,7 +3,7 @@
 // on a GPU over NCCL, comm/nccl_probe.h), then, on every rank at the same time so that they
 // contend as in training, the reference matmul and the optimizers' time per element on the
 // same device (planner/torchscript/reference_compute.h). Rank 0 turns them into a machine
-// profile (schema/profile.h).
+// profile (predict/profile.h).
 
 #include <chrono>
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "executor/comm/launch_env.h"
-#include "schema/profile.h"
+#include "predict/profile.h"
 
 namespace mfsdp::executor {
 
@@ -35,6 +35,6 @@ const std::vector<std::string>& probed_optimizers();
 // over ranks; every other rank returns std::nullopt. Throws Error(kRuntime) when a rank or a
 // collective fails, or with device cuda (on every rank) when a rank cannot use a GPU of its
 // own; Error(kUsage) for another device or when the ranks were given other sizes.
-std::optional<schema::Profile> probe(const ProbeConfig& config, const LaunchEnv& env);
+std::optional<predict::Profile> probe(const ProbeConfig& config, const LaunchEnv& env);
 
 }  // namespace mfsdp::executor

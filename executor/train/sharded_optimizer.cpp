@@ -3,6 +3,7 @@
 #include "executor/train/optimizer_state.h"
 
 #include "schema/error.h"
+#include "schema/optimizer.h"
 
 namespace mfsdp::executor {
 
@@ -24,7 +25,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<at::Tensor> 
                                                              .eps(c.eps)
                                                              .weight_decay(c.weight_decay));
   }
-  fail(ExitCode::kUsage, "unknown optimizer '" + c.kind + "'; use sgd, adam or adamw");
+  fail(ExitCode::kUsage, "unknown optimizer '" + c.kind + "'; use " + schema::optimizer_choices());
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <torch/script.h>
 
 #include "schema/error.h"
+#include "schema/optimizer.h"
 
 namespace mfsdp::planner {
 namespace {
@@ -86,8 +87,8 @@ double optimizer_ns_per_element(const std::string& optimizer, const std::string&
   } else if (optimizer == "adamw") {
     step = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-3));
   } else {
-    fail(ExitCode::kUsage,
-         "no reference timing for optimizer '" + optimizer + "'; use sgd, adam or adamw");
+    fail(ExitCode::kUsage, "no reference timing for optimizer '" + optimizer + "'; use " +
+                               schema::optimizer_choices());
   }
   std::vector<double> times;
   for (int i = 0; i < 9; ++i) {

@@ -1,13 +1,13 @@
 // `mfsdp probe` as a user runs it: the real binary starting two local ranks, which time the
-// executor's collectives over Gloo and write a profile that schema::parse_profile reads back.
+// executor's collectives over Gloo and write a profile that predict::parse_profile reads back.
 #include <filesystem>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "schema/profile.h"
+#include "predict/profile.h"
 #include "tests/cli/cli_test_support.h"
-#include "tests/schema/profile_expectations.h"
+#include "tests/predict/profile_expectations.h"
 
 namespace mfsdp::testing {
 namespace {
@@ -24,7 +24,7 @@ TEST(ProbeCli, WritesAProfileOfEachCollectiveAtTheLaunchedWorldSize) {
   const RunResult r =
       probe({"--nproc-per-node", "2", "--sizes", "4KiB..64KiB", "--repeats", "3", "-o", path});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const schema::Profile profile = schema::parse_profile(nlohmann::json::parse(read_file(path)));
+  const predict::Profile profile = predict::parse_profile(nlohmann::json::parse(read_file(path)));
   EXPECT_EQ(profile.name, "probe");
   EXPECT_EQ(profile.backend, "gloo");
   EXPECT_EQ(profile.device, "cpu");

@@ -15,7 +15,7 @@
 #include "executor/runtime/cuda_device.h"
 #include "gpu_required.h"
 #include "tests/executor/runtime/one_rank_world.h"
-#include "tests/schema/profile_expectations.h"
+#include "tests/predict/profile_expectations.h"
 
 namespace mfsdp::executor {
 namespace {
@@ -31,7 +31,7 @@ ProbeConfig small_gpu_probe() {
   return config;
 }
 
-void expect_gpu_profile(const schema::Profile& profile, int world) {
+void expect_gpu_profile(const predict::Profile& profile, int world) {
   EXPECT_EQ(profile.name, "probe");
   EXPECT_EQ(profile.backend, "nccl");
   EXPECT_NE(profile.device, "cpu");
@@ -46,7 +46,7 @@ void expect_gpu_profile(const schema::Profile& profile, int world) {
 TEST(NcclProbeOnGpu, OneRankTimesEachCollectiveOnItsStreamAndComputesOnTheGpu) {
   MFSDP_REQUIRE_GPU();
   OneRankWorld world;
-  const std::optional<schema::Profile> profile = probe(small_gpu_probe(), world.env);
+  const std::optional<predict::Profile> profile = probe(small_gpu_probe(), world.env);
   ASSERT_TRUE(profile.has_value());
   expect_gpu_profile(*profile, 1);
 }
@@ -59,7 +59,7 @@ TEST(NcclProbeOnTwoGpus, TwoRanksWriteOneProfileOfTheirCollectives) {
     GTEST_SKIP() << "needs two GPUs; this machine has " << visible.count;
   }
   StoreHost host(0);
-  std::vector<std::optional<schema::Profile>> profiles(2);
+  std::vector<std::optional<predict::Profile>> profiles(2);
   std::vector<std::string> errors(2);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank) {

@@ -11,8 +11,8 @@
 
 #include "executor/runtime/context_impl.h"
 #include "planner/sharding_scope.h"
+#include "predict/simulate.h"
 #include "schema/plan_json.h"
-#include "schema/simulate.h"
 #include "tests/executor/runtime/one_rank_world.h"
 #include "tests/executor/runtime/recording_runtime.h"
 #include "tests/executor/train/error_of.h"
@@ -176,7 +176,7 @@ TEST(Context, OnlyTheLastMicrobatchsBackwardWaitsForTheReduceScatters) {
   EXPECT_EQ(waits(), 3);
 }
 
-// The simulator (schema/simulate.h) predicts from the same schedule semantics the context
+// The simulator (predict/simulate.h) predicts from the same schedule semantics the context
 // runs: over two microbatches, it issues the same collectives in the same order, and waits
 // for the reduce-scatters exactly once.
 TEST(Context, IssuesTheCollectivesTheSimulatorReplaysInTheSameOrder) {
@@ -194,18 +194,18 @@ TEST(Context, IssuesTheCollectivesTheSimulatorReplaysInTheSameOrder) {
       if (call.find("(early") == std::string::npos) ran.push_back(call.substr(0, group));
     }
   }
-  schema::StepCosts costs;
+  predict::StepCosts costs;
   costs.all_gather.latency_us = costs.reduce_scatter.latency_us = 1;
-  const schema::Prediction predicted = schema::simulate_step(ctx->plan(), costs, 2);
+  const predict::Prediction predicted = predict::simulate_step(ctx->plan(), costs, 2);
   Names replayed;
-  for (const schema::PredictedSpan& span : predicted.timeline) {
+  for (const predict::PredictedSpan& span : predicted.timeline) {
     if (span.track == "compute") continue;
     const bool gather = span.name.rfind("all-gather", 0) == 0;
     replayed.push_back(std::string(gather ? "all_gather " : "reduce_scatter ") + span.name);
   }
   EXPECT_EQ(ran, replayed);
   int waits = 0;
-  for (const schema::PredictedSpan& span : predicted.timeline) {
+  for (const predict::PredictedSpan& span : predicted.timeline) {
     waits += span.name == "wait for reduce-scatters";
   }
   EXPECT_EQ(waits, 1);

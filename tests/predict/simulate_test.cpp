@@ -1,4 +1,4 @@
-#include "schema/simulate.h"
+#include "predict/simulate.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,13 @@
 #include "schema/plan_json.h"
 #include "tests/planner/test_support.h"  // EXPECT_MFSDP_ERROR
 
-namespace mfsdp::schema {
+namespace mfsdp::predict {
 namespace {
+
+using schema::ParseResult;
+using schema::Plan;
+using schema::read_plan_file;
+using schema::Unit;
 
 Plan golden_plan(const std::string& name) {
   ParseResult r = read_plan_file(std::string(MFSDP_SOURCE_DIR) + "/plans/" + name + ".plan.json");
@@ -274,4 +279,4 @@ TEST(Simulate, RefusesNoMicrobatchAndNegativeCosts) {
 }
 
 }  // namespace
-}  // namespace mfsdp::schema
+}  // namespace mfsdp::predict

@@ -1,4 +1,4 @@
-#include "schema/profile.h"
+#include "predict/profile.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,14 +8,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "predict/ring_model.h"
 #include "schema/error.h"
 #include "schema/json_text.h"
+#include "schema/optimizer.h"
 
-namespace mfsdp::schema {
+namespace mfsdp::predict {
 namespace {
 
 using nlohmann::json;
 using nlohmann::ordered_json;
+using schema::parse_json_text;
 
 const char* const kKinds[] = {"all_gather", "reduce_scatter", "all_reduce"};
 
@@ -112,7 +115,8 @@ ComputeProfile read_compute(const json& value) {
   }
   if (const json* per = f.find("optimizer_ns_per_element")) {
     Fields optimizers(*per, f.at("optimizer_ns_per_element"));
-    for (const char* name : {"sgd", "adam", "adamw"}) {
+    for (const schema::OptimizerKind& kind : schema::optimizer_kinds()) {
+      const char* name = kind.name;
       if (const json* ns = optimizers.find(name)) {
         c.optimizer_ns_per_element[name] = optimizers.number(*ns, optimizers.at(name));
       }
@@ -143,82 +147,6 @@ ProfileCalibration read_calibration(const json& value) {
   }
   f.finish();
   return c;
-}
-
-// The ring model's factors for a group of `n` ranks: hops a message takes, and the share of
-// the unsharded bytes each rank moves (all-reduce: twice the all-gather's, in both).
-double hops(int64_t n) {
-  return static_cast<double>(n - 1);
-}
-double share(int64_t n) {
-  return static_cast<double>(n - 1) / static_cast<double>(n);
-}
-
-// ----- built-in profiles: every number derived in docs/predict.md#built-in-profiles -----
-
-constexpr double kGBps = 1e3;  // bytes per µs in a GB/s (10^9 bytes per second)
-// NCCL's kernels take a few of the GPU's SMs while they run beside compute: 0.1 (compute at
-// 91 % of its speed) is an assumption, not a measurement.
-constexpr double kNcclContention = 0.1;
-
-// An NCCL ring over `world` GPUs whose every link carries `bus_gbps` (nccl-tests' "bus
-// bandwidth"), with `latency_us` for a small message.
-CollectiveProfile ring(const std::string& kind, int64_t world, double bus_gbps, double latency_us) {
-  CollectiveProfile c;
-  c.kind = kind;
-  c.world_size = world;
-  c.cost.latency_us = latency_us;
-  const double factor = kind == "all_reduce" ? 2 * share(world) : share(world);
-  c.cost.bytes_per_us = bus_gbps * kGBps / factor;
-  return c;
-}
-
-// The optimizer streams its tensors once per step: ns per element at `efficiency` of the
-// memory bandwidth. AdamW and Adam read the parameter, gradient and both moments and write
-// three (28 bytes); SGD with momentum reads three and writes two (20 bytes).
-std::map<std::string, double> optimizer_from_bandwidth(double memory_gbps, double efficiency) {
-  const double bytes_per_ns = memory_gbps * efficiency;
-  return {{"sgd", 20 / bytes_per_ns}, {"adam", 28 / bytes_per_ns}, {"adamw", 28 / bytes_per_ns}};
-}
-
-Profile nvlink_node(const std::string& name, const std::string& gpu, double memory_gbps) {
-  Profile p;
-  p.name = name;
-  p.description = "8x " + gpu +
-                  " in one node over NVLink 4 / NVSwitch (450 GB/s each way per GPU), NCCL: bus "
-                  "bandwidth 360 GB/s (80% of the link), latency 15 us (all-reduce 20 us); "
-                  "published figures, not a measurement: calibrate with mfsdp probe";
-  p.backend = "nccl";
-  p.device = gpu;
-  for (int64_t world : {2, 4, 8}) {
-    p.collectives.push_back(ring("all_gather", world, 360, 15));
-    p.collectives.push_back(ring("reduce_scatter", world, 360, 15));
-    p.collectives.push_back(ring("all_reduce", world, 360, 20));
-  }
-  p.compute.optimizer_ns_per_element = optimizer_from_bandwidth(memory_gbps, 0.5);
-  p.compute.contention = kNcclContention;
-  return p;
-}
-
-Profile infiniband_400() {
-  Profile p;
-  p.name = "ib-400g";
-  p.description =
-      "GPUs on several nodes, one 400 Gb/s InfiniBand NDR port per GPU (50 GB/s each way), "
-      "NCCL rings whose hops cross the network: bus bandwidth 40 GB/s (80% of the port), "
-      "latency 30 us at 16 ranks growing with the hops; published figures, not a "
-      "measurement: calibrate with mfsdp probe";
-  p.backend = "nccl";
-  p.device = "NVIDIA H100";
-  for (int64_t world : {16, 32, 64}) {
-    const double latency = 2.0 * hops(world);  // 2 us a hop: 30 us at 16
-    p.collectives.push_back(ring("all_gather", world, 40, latency));
-    p.collectives.push_back(ring("reduce_scatter", world, 40, latency));
-    p.collectives.push_back(ring("all_reduce", world, 40, 2 * latency));
-  }
-  p.compute.optimizer_ns_per_element = optimizer_from_bandwidth(3350, 0.5);
-  p.compute.contention = kNcclContention;
-  return p;
 }
 
 }  // namespace
@@ -284,8 +212,8 @@ CollectiveCost collective_cost(const Profile& profile, const std::string& kind, 
   if (nearest->world_size == world_size) return nearest->cost;
   const int64_t from = nearest->world_size;
   CollectiveCost cost;
-  cost.latency_us = nearest->cost.latency_us * hops(world_size) / hops(from);
-  cost.bytes_per_us = nearest->cost.bytes_per_us * share(from) / share(world_size);
+  cost.latency_us = nearest->cost.latency_us * ring::hops(world_size) / ring::hops(from);
+  cost.bytes_per_us = nearest->cost.bytes_per_us * ring::share(from) / ring::share(world_size);
   if (note != nullptr) {
     *note = kind + " over " + std::to_string(world_size) + " ranks scaled by the ring model from " +
             std::to_string(from) + " measured in profile '" + profile.name + "'";
@@ -397,17 +325,6 @@ Profile parse_profile(const json& doc) {
   return p;
 }
 
-std::vector<std::string> builtin_profile_names() {
-  return {"h100-nvlink", "h200-nvlink", "ib-400g"};
-}
-
-std::optional<Profile> builtin_profile(const std::string& name) {
-  if (name == "h100-nvlink") return nvlink_node(name, "NVIDIA H100 SXM", 3350);
-  if (name == "h200-nvlink") return nvlink_node(name, "NVIDIA H200 SXM", 4800);
-  if (name == "ib-400g") return infiniband_400();
-  return std::nullopt;
-}
-
 Profile load_profile(const std::string& file_or_name) {
   if (std::optional<Profile> builtin = builtin_profile(file_or_name)) return *builtin;
   std::ifstream in(file_or_name, std::ios::binary);
@@ -430,4 +347,4 @@ Profile load_profile(const std::string& file_or_name) {
   }
 }
 
-}  // namespace mfsdp::schema
+}  // namespace mfsdp::predict

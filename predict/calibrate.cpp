@@ -1,10 +1,11 @@
-#include "cli/calibrate.h"
+#include "predict/calibrate.h"
 
 #include <cmath>
 
 #include "schema/error.h"
 
-namespace mfsdp::cli {
+namespace mfsdp::predict {
+
 namespace {
 
 // Collective factors searched, and how close the fit comes.
@@ -14,7 +15,7 @@ constexpr double kSettled = 1e-4;
 
 }  // namespace
 
-CalibrationFit calibrate(const schema::Plan& plan, const schema::Profile& profile,
+CalibrationFit calibrate(const schema::Plan& plan, const predict::Profile& profile,
                          const PredictRequest& request, const Measured& measured,
                          const std::string& plan_path, const std::string& metrics_path) {
   if (!measured.step_ms || !measured.exposed_comm_ms) {
@@ -35,17 +36,17 @@ CalibrationFit calibrate(const schema::Plan& plan, const schema::Profile& profil
   alone.run_trace_path.clear();
   CalibrationFit fit;
   const auto predict = [&](double compute, double collectives) {
-    schema::ProfileCalibration c;
+    predict::ProfileCalibration c;
     c.plan = plan_path;
     c.metrics = metrics_path;
     c.compute_factor = compute;
     c.collective_factor = collectives;
-    return predict_plan(plan, schema::calibrated_profile(profile, c), alone).prediction;
+    return predict_plan(plan, predict::calibrated_profile(profile, c), alone).prediction;
   };
   double compute = 1, collectives = 1;
   bool low = false, high = false;
   for (int round = 0; round < kRounds; ++round) {
-    const schema::Prediction p = predict(compute, collectives);
+    const predict::Prediction p = predict(compute, collectives);
     const double busy = p.compute_us + p.contention_us;
     const double next_compute = busy > 0 ? compute * (step_us - exposed_us) / busy : compute;
     // The exposed time grows with the collectives' factor: halve the interval (in logs).
@@ -76,15 +77,15 @@ CalibrationFit calibrate(const schema::Plan& plan, const schema::Profile& profil
         "the run waited more for collectives than 1000 times the profile's "
         "times predict; collectives kept at x1000");
   }
-  schema::ProfileCalibration c;
+  predict::ProfileCalibration c;
   c.plan = plan_path;
   c.metrics = metrics_path;
   c.compute_factor = compute;
   c.collective_factor = collectives;
-  fit.profile = schema::calibrated_profile(profile, c);
+  fit.profile = predict::calibrated_profile(profile, c);
   fit.compute_factor = compute;
   fit.collective_factor = collectives;
   return fit;
 }
 
-}  // namespace mfsdp::cli
+}  // namespace mfsdp::predict

@@ -1,4 +1,4 @@
-#include "schema/cost_model.h"
+#include "predict/cost_model.h"
 
 #include <algorithm>
 #include <cctype>
@@ -6,8 +6,15 @@
 #include <sstream>
 
 #include "schema/error.h"
+#include "schema/optimizer.h"
 
-namespace mfsdp::schema {
+namespace mfsdp::predict {
+
+using schema::Group;
+using schema::Plan;
+using schema::Trace;
+using schema::Unit;
+using schema::UnitTime;
 namespace {
 
 std::string number_text(double value) {
@@ -53,8 +60,9 @@ CostModel step_costs(const Plan& plan, const Profile& profile, const PredictOpti
     fail(ExitCode::kUsage, "a microbatch has at least one sample, not " +
                                std::to_string(*options.microbatch_samples));
   }
-  if (options.optimizer != "sgd" && options.optimizer != "adam" && options.optimizer != "adamw") {
-    fail(ExitCode::kUsage, "optimizer '" + options.optimizer + "' is not sgd, adam or adamw");
+  if (!schema::find_optimizer(options.optimizer)) {
+    fail(ExitCode::kUsage,
+         "optimizer '" + options.optimizer + "' is not " + schema::optimizer_choices());
   }
 
   CostModel model;
@@ -157,4 +165,4 @@ CostModel step_costs(const Plan& plan, const Profile& profile, const PredictOpti
   return model;
 }
 
-}  // namespace mfsdp::schema
+}  // namespace mfsdp::predict

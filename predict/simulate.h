@@ -21,7 +21,7 @@
 
 #include "schema/plan.h"
 
-namespace mfsdp::schema {
+namespace mfsdp::predict {
 
 // One collective kind's time: latency plus bytes over bandwidth. `bytes` is the collective's
 // unsharded size: the all-gather's output, the reduce-scatter's input, the all-reduce's buffer.
@@ -47,7 +47,7 @@ struct StepCosts {
   // optimizer), which compute waits for.
   double step_end_us = 0;
   // Compute progresses at 1 / (1 + contention * n) of its speed while n collectives run
-  // (schema::ComputeProfile::contention).
+  // (predict::ComputeProfile::contention).
   double contention = 0;
 };
 
@@ -85,6 +85,6 @@ struct Prediction {
 
 // One optimizer step of `microbatches` microbatches by `plan` (checked by check_plan).
 // Error(kUsage) for fewer than one microbatch or a negative cost.
-Prediction simulate_step(const Plan& plan, const StepCosts& costs, int64_t microbatches);
+Prediction simulate_step(const schema::Plan& plan, const StepCosts& costs, int64_t microbatches);
 
-}  // namespace mfsdp::schema
+}  // namespace mfsdp::predict

@@ -1,4 +1,4 @@
-#include "schema/profile.h"
+#include "predict/profile.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include "schema/error.h"
 #include "tests/planner/test_support.h"  // EXPECT_MFSDP_ERROR
 
-namespace mfsdp::schema {
+namespace mfsdp::predict {
 namespace {
 
 TEST(ProfileFit, RecoversTheLatencyAndBandwidthOfExactPoints) {
@@ -174,4 +174,4 @@ TEST(ProfileBuiltin, AnUnknownNameOrFileSaysWhatExists) {
 }
 
 }  // namespace
-}  // namespace mfsdp::schema
+}  // namespace mfsdp::predict

@@ -1,4 +1,4 @@
-#include "schema/simulate.h"
+#include "predict/simulate.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,20 @@
 #include "schema/plan_rules.h"
 #include "schema/schedule_cursor.h"
 
-namespace mfsdp::schema {
+namespace mfsdp::predict {
+
+using schema::dtype_size;
+using schema::Group;
+using schema::main_grad_dtype;
+using schema::padded_numel;
+using schema::parse_point;
+using schema::Plan;
+using schema::Point;
+using schema::ReduceScatterOrder;
+using schema::ScheduleAction;
+using schema::ScheduleCursor;
+using schema::ScheduleEntry;
+using schema::Unit;
 
 double CollectiveCost::time_us(int64_t bytes) const {
   return latency_us + (bytes_per_us > 0 ? static_cast<double>(bytes) / bytes_per_us : 0.0);
@@ -290,4 +303,4 @@ Prediction simulate_step(const Plan& plan, const StepCosts& costs, int64_t micro
   return replay.result();
 }
 
-}  // namespace mfsdp::schema
+}  // namespace mfsdp::predict

@@ -13,9 +13,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "schema/simulate.h"
+#include "predict/simulate.h"
 
-namespace mfsdp::schema {
+namespace mfsdp::predict {
 
 inline constexpr const char* kProfileSchemaVersion = "mfsdp.profile/1";
 
@@ -103,4 +103,4 @@ std::optional<Profile> builtin_profile(const std::string& name);
 // argument and the built-in names when it is neither.
 Profile load_profile(const std::string& file_or_name);
 
-}  // namespace mfsdp::schema
+}  // namespace mfsdp::predict

@@ -1,4 +1,4 @@
-#include "schema/cost_model.h"
+#include "predict/cost_model.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,14 @@
 #include "schema/plan_json.h"
 #include "tests/planner/test_support.h"  // EXPECT_MFSDP_ERROR
 
-namespace mfsdp::schema {
+namespace mfsdp::predict {
 namespace {
+
+using schema::ParseResult;
+using schema::Plan;
+using schema::read_plan_file;
+using schema::Trace;
+using schema::UnitTime;
 
 Plan tied_lm() {
   ParseResult r = read_plan_file(std::string(MFSDP_SOURCE_DIR) + "/plans/tied_lm.plan.json");
@@ -129,4 +135,4 @@ TEST(CostModel, RefusesAPlanWithoutATraceOrWithoutTheForwardSplit) {
 }
 
 }  // namespace
-}  // namespace mfsdp::schema
+}  // namespace mfsdp::predict

@@ -7,14 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "cli/predict_report.h"
+#include "predict/plan_prediction.h"
+#include "predict/profile.h"
 #include "schema/plan.h"
-#include "schema/profile.h"
 
-namespace mfsdp::cli {
+namespace mfsdp::predict {
 
 struct CalibrationFit {
-  schema::Profile profile;  // `profile` with the factors applied and recorded
+  predict::Profile profile;  // `profile` with the factors applied and recorded
   double compute_factor = 1, collective_factor = 1;
   std::vector<std::string> notes;  // where a factor met its bounds
 };
@@ -24,8 +24,8 @@ struct CalibrationFit {
 // the measured one (it grows with the collectives' times), alternating until both settle.
 // `plan_path` and `metrics_path` are recorded in the profile. Error(kUsage) when the metrics
 // give no step or exposed time, or the step is not longer than its exposed time.
-CalibrationFit calibrate(const schema::Plan& plan, const schema::Profile& profile,
+CalibrationFit calibrate(const schema::Plan& plan, const predict::Profile& profile,
                          const PredictRequest& request, const Measured& measured,
                          const std::string& plan_path, const std::string& metrics_path);
 
-}  // namespace mfsdp::cli
+}  // namespace mfsdp::predict

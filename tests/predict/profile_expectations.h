@@ -9,16 +9,16 @@
 #include <string>
 #include <vector>
 
-#include "schema/profile.h"
+#include "predict/profile.h"
 
 namespace mfsdp::testing {
 
-inline void expect_probed_collectives_and_compute(const schema::Profile& profile, int64_t world,
+inline void expect_probed_collectives_and_compute(const predict::Profile& profile, int64_t world,
                                                   const std::vector<int64_t>& sizes) {
   ASSERT_EQ(profile.collectives.size(), 3u);
   const std::vector<std::string> kinds = {"all_gather", "reduce_scatter", "all_reduce"};
   for (size_t i = 0; i < kinds.size(); ++i) {
-    const schema::CollectiveProfile& c = profile.collectives[i];
+    const predict::CollectiveProfile& c = profile.collectives[i];
     EXPECT_EQ(c.kind, kinds[i]);
     EXPECT_EQ(c.world_size, world);
     EXPECT_GE(c.cost.latency_us, 0) << c.kind;

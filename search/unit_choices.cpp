@@ -1,11 +1,11 @@
-#include "cli/unit_choices.h"
+#include "search/unit_choices.h"
 
 #include <algorithm>
 #include <map>
 
 #include "planner/unit_selector.h"
 
-namespace mfsdp::cli {
+namespace mfsdp::search {
 
 std::vector<UnitChoice> unit_choices(const planner::ModelIR& ir, const UnitChoice& yours,
                                      bool traced, int& blocks_choice) {
@@ -113,4 +113,4 @@ std::vector<UnitChoice> unit_choices(const planner::ModelIR& ir, const UnitChoic
   return out;
 }
 
-}  // namespace mfsdp::cli
+}  // namespace mfsdp::search

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "predict/profile.h"
+#include "predict/simulate.h"
 #include "schema/plan.h"
-#include "schema/profile.h"
-#include "schema/simulate.h"
 
-namespace mfsdp::schema {
+namespace mfsdp::predict {
 
 struct PredictOptions {
   // Multiplies the trace's compute times. None: the trace's calibration_gflops over the
@@ -35,9 +35,10 @@ struct CostModel {
 
 // Error(kUsage) when the plan has no trace with segment times ("re-plan with --trace-input"),
 // for an unknown optimizer, or a compute scale or microbatch that is not positive.
-CostModel step_costs(const Plan& plan, const Profile& profile, const PredictOptions& options);
+CostModel step_costs(const schema::Plan& plan, const Profile& profile,
+                     const PredictOptions& options);
 
 // The samples of a trace input spec's first dimension ("8x64:int64" -> 8); 1 when unreadable.
-int64_t traced_batch(const Trace& trace);
+int64_t traced_batch(const schema::Trace& trace);
 
-}  // namespace mfsdp::schema
+}  // namespace mfsdp::predict

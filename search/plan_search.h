@@ -1,29 +1,26 @@
 #pragma once
-// `mfsdp plan --optimize` and `--sweep` (docs/predict.md#choosing-a-plan): plans of one model
-// that differ in their units (the user's; every block plus the model, with no, half or every
-// block checkpointed; adjacent blocks merged in twos or fours plus the model; every module of
-// a repeated block class plus the model; the model alone)
-// and their policy (prefetch 0, 1 or 2; one stream or
-// two; resharding every unit after forward, keeping the last few units of forward gathered
-// for backward, or keeping them all). With a trace, each set of units is traced once and
-// every plan is predicted on a profile; without one, plans are weighed by memory and
-// collective count alone.
+// The plan search behind `mfsdp plan --optimize` and `--sweep` (docs/predict.md#choosing-a-plan):
+// plans of one model that differ in their units (the user's; every block plus the model, with
+// no, half or every block checkpointed; adjacent blocks merged in twos or fours plus the
+// model; every module of a repeated block class plus the model; the model alone) and their
+// policy (prefetch 0, 1 or 2; one stream or two; resharding every unit after forward, keeping
+// the last few units of forward gathered for backward, or keeping them all). With a trace, each set
+// of units is traced once and every plan is predicted on a profile; without one, plans are weighed
+// by memory and collective count alone.
 
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <ostream>
 #include <string>
 #include <vector>
 
-#include "cli/predict_report.h"
-#include "cli/unit_choices.h"
 #include "planner/sharded_model.h"
 #include "planner/trace_input.h"
+#include "predict/plan_prediction.h"
 #include "schema/plan.h"
-#include "schema/profile.h"
+#include "search/unit_choices.h"
 
-namespace mfsdp::cli {
+namespace mfsdp::search {
 
 struct SearchInput {
   planner::ShardedModel* model = nullptr;
@@ -33,8 +30,8 @@ struct SearchInput {
   UnitChoice yours;       // the user's units; search_plans adds the others
   std::vector<planner::TraceInput> trace_inputs;  // none: by memory alone (no profile then)
   int trace_repeats = planner::kAutoTimedSteps;
-  std::optional<schema::Profile> profile;  // with a trace
-  PredictRequest predict;  // microbatches, microbatch size, optimizer, compute scale
+  std::optional<predict::Profile> profile;  // with a trace
+  predict::PredictRequest predict;  // microbatches, microbatch size, optimizer, compute scale
   std::optional<int64_t> memory_budget;
   std::optional<schema::Training> training;  // every plan's: its defaults feed the prediction
   // Called with each plan of the user's units; throws when mfsdp plan would refuse it.
@@ -84,26 +81,4 @@ struct SearchResult {
 // throw.
 SearchResult search_plans(const SearchInput& input);
 
-// What `mfsdp plan` asked for: --optimize (write the chosen plan), --sweep (print the table).
-struct SearchMode {
-  bool optimize = false;
-  bool sweep = false;
-  bool print_choice = true;  // what --optimize chose, on `summary`
-};
-
-// Runs the search, prints what `mode` asks (the table on `table`, the choice on `summary`)
-// and returns the plan to write: the chosen one, or with --sweep alone the user's. Exits 4
-// (Error(kPlanning)) naming the smallest plan when none fits the budget.
-schema::Plan choose_plan(const SearchInput& input, const SearchMode& mode, std::ostream& table,
-                         std::ostream& summary);
-
-// The table `--sweep` prints: every candidate by memory, the Pareto front marked.
-void print_sweep(std::ostream& out, const SearchResult& result,
-                 const std::optional<int64_t>& budget);
-// The world-size table of --sweep-world.
-void print_worlds(std::ostream& out, const SearchResult& result);
-// The lines `--optimize` prints: what it chose and the predicted gain.
-void print_choice(std::ostream& out, const SearchResult& result,
-                  const std::optional<int64_t>& budget);
-
-}  // namespace mfsdp::cli
+}  // namespace mfsdp::search

@@ -10,7 +10,7 @@
 
 #include "planner/torchscript/model_ir.h"
 
-namespace mfsdp::cli {
+namespace mfsdp::search {
 
 // One way to choose the units: each unit's module indices (two or more: merged), their
 // checkpoint flags and their own resharding after forward (unset: the policy's; empty: unset
@@ -31,4 +31,4 @@ struct UnitChoice {
 std::vector<UnitChoice> unit_choices(const planner::ModelIR& ir, const UnitChoice& yours,
                                      bool traced, int& blocks_choice);
 
-}  // namespace mfsdp::cli
+}  // namespace mfsdp::search

@@ -8,12 +8,14 @@
 // trusted before a flood can push it out, and a flood from one address pushes out only its own.
 // A trusted connection is never dropped for a stranger; what it may store and leave unread is
 // bounded by StoreLimits.
+//
+// Over 400 lines on purpose: the poll loop, the connections' states and the requests share one
+// thread's state (Impl) and read best in one place; the stranger count is store_strangers.*.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,6 +32,7 @@
 #include <utility>
 
 #include "executor/comm/store.h"
+#include "executor/comm/store_strangers.h"
 #include "executor/comm/store_wire.h"
 
 namespace mfsdp::executor {
@@ -57,13 +60,6 @@ std::pair<std::string, std::string> peer_name(const sockaddr_storage& address) {
     return {"?", "an unknown peer"};
   }
   return {host, std::string(host) + ":" + port};
-}
-
-size_t stranger_places(const StoreLimits& limits) {
-  if (limits.max_strangers > 0) return limits.max_strangers;
-  rlimit files{};
-  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) return 1024;
-  return std::clamp<size_t>(static_cast<size_t>(files.rlim_cur) / 4, 16, 1024);
 }
 
 struct Connection {
@@ -94,18 +90,17 @@ struct StoreServer::Impl {
   int wake_write = -1;
   int port = 0;
   StoreLimits limits;
-  size_t max_strangers = 0;
+  StrangerPlaces strangers;
   std::atomic<int> refused{0};
-  std::atomic<size_t> most_strangers{0};
   std::atomic<size_t> most_unsent{0};
   Clock::time_point accept_paused_until;
   std::map<std::string, std::string> values;
-  size_t stored_bytes = 0;                     // of the keys and values
-  bool changed = false;                        // a key was set since waiters were last settled
-  std::list<Connection> connections;           // in the order they came
-  std::map<std::string, size_t> strangers_at;  // strangers held, by address
-  size_t strangers_held = 0;                   // and in all
+  size_t stored_bytes = 0;            // of the keys and values
+  bool changed = false;               // a key was set since waiters were last settled
+  std::list<Connection> connections;  // in the order they came
   std::thread thread;
+
+  explicit Impl(const StoreLimits& store_limits) : limits(store_limits), strangers(store_limits) {}
 
   ~Impl() {
     for (Connection& c : connections) close(c.fd);
@@ -129,13 +124,8 @@ struct StoreServer::Impl {
     c.closing = true;
   }
 
-  void no_longer_a_stranger(const Connection& c) {
-    --strangers_held;
-    if (--strangers_at[c.host] == 0) strangers_at.erase(c.host);
-  }
-
   std::list<Connection>::iterator forget(std::list<Connection>::iterator it) {
-    if (!it->trusted) no_longer_a_stranger(*it);
+    if (!it->trusted) strangers.release(it->host);
     close(it->fd);
     return connections.erase(it);
   }
@@ -143,18 +133,15 @@ struct StoreServer::Impl {
   // Closes the oldest stranger of the address that holds the most strangers; false if there is
   // none. Connections are kept in the order they came, so the first of an address is its oldest.
   bool drop_a_stranger() {
-    if (strangers_at.empty()) return false;
-    const std::string host =
-        std::max_element(strangers_at.begin(), strangers_at.end(),
-                         [](const auto& a, const auto& b) { return a.second < b.second; })
-            ->first;
+    const std::optional<std::string> host = strangers.most_held_address();
+    if (!host) return false;
     for (auto it = connections.begin(); it != connections.end(); ++it) {
-      if (it->trusted || it->host != host) continue;
+      if (it->trusted || it->host != *host) continue;
       if (!it->closing) {
         report(it->peer,
                "it had not proved this run's secret when newer connections needed "
                "its place (" +
-                   std::to_string(max_strangers) + " strangers at most)");
+                   std::to_string(strangers.places()) + " strangers at most)");
       }
       forget(it);
       return true;
@@ -185,14 +172,12 @@ struct StoreServer::Impl {
         close(fd);
         continue;
       }
-      if (strangers_held >= max_strangers) drop_a_stranger();
+      if (strangers.full()) drop_a_stranger();
       c.hello_deadline = now + limits.hello_window;
       c.out = wire::greeting(c.server_nonce);
       transmit(c);  // at once: the sooner a rank has its greeting, the sooner it is trusted
-      ++strangers_held;
-      ++strangers_at[c.host];
+      strangers.admit(c.host);
       connections.push_back(std::move(c));
-      most_strangers = std::max(most_strangers.load(), strangers_held);
     }
   }
 
@@ -290,7 +275,7 @@ struct StoreServer::Impl {
       }
       c.out += wire::acceptance(secret, c.server_nonce, hello.client_nonce);
       c.trusted = true;
-      no_longer_a_stranger(c);
+      strangers.release(c.host);
       c.in.erase(0, wire::kHelloBytes);
     }
     for (;;) {
@@ -414,10 +399,8 @@ struct StoreServer::Impl {
 };
 
 StoreServer::StoreServer(const std::string& host, int port, std::string secret, StoreLimits limits)
-    : impl_(std::make_unique<Impl>()) {
+    : impl_(std::make_unique<Impl>(limits)) {
   impl_->secret = std::move(secret);
-  impl_->limits = limits;
-  impl_->max_strangers = stranger_places(limits);
   const std::string where = host + ":" + std::to_string(port);
   if (port < 0 || port > 65535) {
     throw StoreError("the rendezvous port " + std::to_string(port) + " is out of range 0..65535");
@@ -483,7 +466,7 @@ int StoreServer::refused() const {
 }
 
 size_t StoreServer::max_strangers_held() const {
-  return impl_->most_strangers.load();
+  return impl_->strangers.most_held();
 }
 
 size_t StoreServer::max_unsent_held() const {

@@ -1,5 +1,8 @@
 // `mfsdp plan model.pt ...`: one sharding scope built from flags or a scope file, finalized
 // into a plan file, plus a short summary for the person who ran it.
+//
+// Over 400 lines: the flags, the scope they build, and the summary, each short; the search
+// itself is search/ and its printing cli/search_report.*.
 #include "cli/plan_command.h"
 
 #include <sched.h>

@@ -1,3 +1,6 @@
+// `mfsdp show`'s three renderings of one plan (cli/plan_report.h): the text summary,
+// the JSON digest and the Graphviz unit tree. Over 400 lines because the three share their
+// walk over the plan's sections and helpers (depths, flags, gathers in flight).
 #include "cli/plan_report.h"
 
 #include <algorithm>

@@ -1,4 +1,8 @@
 // `mfsdp run plan.json ...`: the launcher and, in each worker it starts, the training loop.
+//
+// Over 400 lines: `mfsdp run`'s flags, their help and examples, and their resolution against
+// the plan's training defaults into one TrainConfig, checked before any worker starts; the
+// launcher is executor/launch/ and the training loop executor/train/.
 #include "cli/run_command.h"
 
 #include <unistd.h>

@@ -1,3 +1,7 @@
+// `--trace-input`: one traced step of the model per set of units, with the units' times,
+// saved activations and output bytes measured through the instrumentation. Over 400 lines
+// until issue 39's torchscript/ library takes the "run one step of a model" part (inputs,
+// loss, tensor walking, interpreter errors) that the trainer shares.
 #include "planner/trace_input.h"
 
 #include <algorithm>

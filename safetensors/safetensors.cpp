@@ -1,5 +1,8 @@
 // The format itself: dtypes, the header a file starts with, the index of a sharded checkpoint.
 // No file access here, so the fuzz target links this alone.
+//
+// Over 400 lines: the dtypes, the header's reader and writer and the sharded index's, which
+// check every field against the format's rules in one place for the fuzz target.
 #include "safetensors/safetensors.h"
 
 #include <algorithm>

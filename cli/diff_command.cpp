@@ -110,13 +110,13 @@ bool use_color(const std::string& color) {
 
 // The diff's output with the predicted step of both plans: one more line of text or
 // markdown, a `prediction` object in JSON.
-std::string with_predicted_step(const std::string& text, DiffFormat format,
+std::string with_predicted_step(const DiffReport& report, DiffFormat format, bool color,
                                 const predict::PlanPrediction& old_p,
                                 const predict::PlanPrediction& new_p) {
   const double before = old_p.prediction.step_us / 1000, after = new_p.prediction.step_us / 1000;
   const double percent = before > 0 ? 100 * (after - before) / before : 0;
   if (format == DiffFormat::kJson) {
-    nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text);
+    nlohmann::ordered_json doc = diff_json(report);
     doc["prediction"] = {{"profile", new_p.profile.name},
                          {"old_step_ms", before},
                          {"new_step_ms", after},
@@ -131,6 +131,7 @@ std::string with_predicted_step(const std::string& text, DiffFormat format,
                 after, percent, old_p.prediction.exposed_comm_us / 1000,
                 new_p.prediction.exposed_comm_us / 1000);
   const std::string what = "predicted step on profile '" + new_p.profile.name + "': " + line;
+  const std::string text = render_diff(report, format, color);
   return text + (format == DiffFormat::kMarkdown ? "\n**" + what + "**\n" : what + "\n");
 }
 
@@ -166,8 +167,9 @@ void run_diff(const DiffFlags& flags) {
     };
     predicted.emplace(predict(old_plan, flags.old_path), predict(new_plan, flags.new_path));
   }
-  std::string text = render_diff(report, format, color);
-  if (predicted) text = with_predicted_step(text, format, predicted->first, predicted->second);
+  const std::string text =
+      predicted ? with_predicted_step(report, format, color, predicted->first, predicted->second)
+                : render_diff(report, format, color);
   if (!flags.quiet) std::cout << text << std::flush;
   bool differ = !report.diff.empty();
   if (!thresholds.empty()) {

@@ -41,7 +41,7 @@ ordered_json totals_json(int64_t a, int64_t b) {
 
 }  // namespace
 
-std::string render_json(const DiffReport& report) {
+ordered_json json_document(const DiffReport& report) {
   const PlanDiff& diff = report.diff;
   ordered_json doc;
   doc["old"] = report.old_path;
@@ -163,7 +163,7 @@ std::string render_json(const DiffReport& report) {
     fail_on.push_back(r);
   }
   doc["fail_on"] = fail_on;
-  return doc.dump(2) + "\n";
+  return doc;
 }
 
 }  // namespace mfsdp::cli::diff_view

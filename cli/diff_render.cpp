@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/diff_view.h"
 
 namespace mfsdp::cli {
@@ -91,10 +93,14 @@ std::string render_markdown(const DiffReport& report, const Style& style) {
 
 }  // namespace
 
+nlohmann::ordered_json diff_json(const DiffReport& report) {
+  return diff_view::json_document(report);
+}
+
 std::string render_diff(const DiffReport& report, DiffFormat format, bool color) {
   switch (format) {
     case DiffFormat::kJson:
-      return diff_view::render_json(report);
+      return diff_json(report).dump(2) + "\n";
     case DiffFormat::kMarkdown:
       return render_markdown(report, Style(true, false));
     case DiffFormat::kText:

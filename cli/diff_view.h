@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "cli/diff_render.h"
 #include "schema/plan_diff.h"
 #include "schema/plan_diff_threshold.h"
@@ -105,6 +107,6 @@ std::string summary(const Style& style, const PlanDiff& diff);
 std::string ignored_text(const Style& style, const PlanDiff& diff);
 
 // The JSON rendering (diff_json.cpp).
-std::string render_json(const DiffReport& report);
+nlohmann::ordered_json json_document(const DiffReport& report);
 
 }  // namespace mfsdp::cli::diff_view

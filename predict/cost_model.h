@@ -11,6 +11,7 @@
 
 #include "predict/profile.h"
 #include "predict/simulate.h"
+#include "schema/optimizer.h"
 #include "schema/plan.h"
 
 namespace mfsdp::predict {
@@ -21,7 +22,7 @@ struct PredictOptions {
   std::optional<double> compute_scale;
   // Samples per microbatch on a rank. None: the traced batch. Compute scales linearly.
   std::optional<int64_t> microbatch_samples;
-  std::string optimizer = "adamw";  // sgd | adam | adamw
+  std::string optimizer = schema::kDefaultOptimizer;  // a name of schema/optimizer.h
 };
 
 struct CostModel {

@@ -209,6 +209,39 @@ void check_whole_model(const schema::Plan& plan) {
   }
 }
 
+// --trace-device, checked against the flags that need times.
+planner::TraceDevice trace_device_of(const CLI::App& cmd, const PlanFlags& flags) {
+  if (flags.trace_device.empty()) return planner::TraceDevice::kCpu;
+  if (flags.trace_inputs.empty()) {
+    fail(ExitCode::kUsage,
+         "--trace-device says where the traced step runs; give --trace-input too");
+  }
+  if (flags.trace_device == "cpu") return planner::TraceDevice::kCpu;
+  if (flags.trace_device != "meta") {
+    fail(ExitCode::kUsage, "--trace-device '" + flags.trace_device + "': expected cpu or meta");
+  }
+  for (const char* flag : {"--trace-repeats", "--trace-threads"}) {
+    if (cmd.count(flag) > 0) {
+      fail(ExitCode::kUsage, std::string(flag) +
+                                 " is for timing the traced step, and a meta trace "
+                                 "(--trace-device meta) times nothing; drop one of them");
+    }
+  }
+  if (!flags.prediction.profile.empty()) {
+    fail(ExitCode::kUsage,
+         "--profile predicts the step from the unit times of a CPU trace, and a meta trace "
+         "(--trace-device meta) has none; trace on the CPU to predict (docs/predict.md), or "
+         "drop --profile to plan with the meta trace's memory");
+  }
+  if (flags.optimize || flags.sweep) {
+    fail(ExitCode::kUsage, std::string(flags.optimize ? "--optimize" : "--sweep") +
+                               " ranks traced plans by predicted step times, which a meta trace "
+                               "(--trace-device meta) does not have; trace on the CPU, or "
+                               "search without --trace-input (by memory and collectives)");
+  }
+  return planner::TraceDevice::kMeta;
+}
+
 // --optimize and --sweep: the plans tried, the table and the choice printed; returns the plan
 // to write (the chosen one, or with --sweep alone the user's).
 schema::Plan search_plans_and_choose(const PlanFlags& flags, const CLI::App& cmd,
@@ -355,6 +388,7 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
     trace_threads =
         whole_number(flags.trace_threads, "--trace-threads", 1, 65536, "from 1 to 65536");
   }
+  const planner::TraceDevice trace_device = trace_device_of(cmd, flags);
   std::vector<planner::TraceInput> trace_inputs;
   for (const std::string& spec : flags.trace_inputs) {
     trace_inputs.push_back(planner::parse_trace_input(spec));
@@ -402,7 +436,7 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
     planner::set_compute_threads(trace_thread_count(trace_threads, mesh));
     scope.use_trace(planner::trace_unit_modules(flags.model, unit_paths, trace_inputs,
                                                 policy.param_dtype, checkpoint,
-                                                static_cast<int>(trace_repeats)));
+                                                static_cast<int>(trace_repeats), trace_device));
   }
   write_plan(flags, training, scope.finalize());
 }

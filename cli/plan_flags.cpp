@@ -36,6 +36,11 @@ Examples:
   # on a 2x64 batch of token ids:
   mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --trace-input 2x64:int64
 
+  # The same on meta tensors (shapes only): activation memory and per-unit FLOPs of a model
+  # too large to run here, or of a skeleton; no times:
+  mfsdp plan llama.skeleton.pt --world-size 256 --unit 'layers.*' --unit '<root>' \
+      --trace-input 1x8192:int64 --trace-device meta
+
   # Record training defaults for mfsdp run (its flags win), e.g. {"steps": 1000, "lr": 3e-4}:
   mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --training train.json
 
@@ -136,6 +141,12 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& flags) {
                  "first step itself (default: at least 3, and more until they took 0.5 s, at "
                  "most 50)")
       ->type_name("N");
+  cmd.add_option("--trace-device", flags.trace_device,
+                 "Where the traced step runs: cpu (the default: real values, timed) or meta "
+                 "(shapes only: nothing is computed or timed, so a model of any size, a "
+                 "skeleton too, traces in seconds; records activation memory and each unit's "
+                 "FLOPs and bytes instead of times; docs/plan-format.md#work)")
+      ->type_name("cpu|meta");
   cmd.add_option("--trace-threads", flags.trace_threads,
                  "Intra-op threads of the traced step, so that its times are a rank's "
                  "(default: OMP_NUM_THREADS, else the cores shared out among --world-size "

@@ -36,6 +36,7 @@ struct PlanFlags {
   std::vector<std::string> trace_inputs;
   std::string trace_repeats;
   std::string trace_threads;
+  std::string trace_device;
   std::string training_file;
   bool quiet = false;
   bool json_summary = false;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/byte_size.h"
+#include "cli/trace_work.h"
 #include "schema/model_path.h"
 #include "schema/plan_json.h"
 
@@ -268,6 +269,7 @@ void write_trace(std::ostream& out, const schema::Plan& plan) {
     if (it == saved.end()) return std::string("-");
     return it->second < 0 ? "-" + format_bytes(-it->second) : format_bytes(it->second);
   };
+  if (trace.device) return write_trace_work(out, trace, saved);
   size_t unit_width = 4, forward_width = 7, backward_width = 8, saved_width = 11;
   for (const auto& time : trace.times) {
     unit_width = std::max(unit_width, time.unit.size());

@@ -7,11 +7,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <new>
 #include <optional>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
@@ -22,6 +25,8 @@
 #include "planner/torchscript/host_memory.h"
 #include "planner/torchscript/instrumentation.h"
 #include "planner/torchscript/mapped_archive.h"
+#include "planner/torchscript/meta_kernels.h"
+#include "planner/torchscript/op_work.h"
 #include "planner/torchscript/reference_compute.h"
 #include "planner/torchscript/torch_model.h"
 #include "planner/torchscript/unit_hooks.h"
@@ -102,7 +107,7 @@ void register_parameters(torch::jit::Module& model, const std::optional<std::str
 }
 
 // Records what the instrumented graphs report. Backward may run on autograd's threads.
-class Tracer : public UnitHooks {
+class Tracer : public UnitHooks, public WorkSink {
  public:
   // `gradients`: what the parameters' registrations keep; each pre_backward frees them.
   // `param_dtype`: what the units compute in (input_dtype), or none.
@@ -117,6 +122,9 @@ class Tracer : public UnitHooks {
     run_.backward_ms.assign(units, 0.0);
     run_.pre_forward_ms.assign(units, 0.0);
     run_.post_forward_ms.assign(units, 0.0);
+    run_.pre_forward_work.assign(units, {});
+    run_.post_forward_work.assign(units, {});
+    run_.backward_work.assign(units, {});
   }
 
   // Memory counts from here: call right before forward.
@@ -124,6 +132,7 @@ class Tracer : public UnitHooks {
     base_ = host_memory::tensor_bytes();
     host_memory::reset_peak();
     segment_start_ = Clock::now();
+    phase_ = Phase::kForward;
   }
 
   void pre_forward(int unit) override {
@@ -149,6 +158,7 @@ class Tracer : public UnitHooks {
     const Clock::time_point now = Clock::now();
     std::lock_guard<std::mutex> lock(mutex_);
     close_forward_segment(now, {false, -1});
+    phase_ = Phase::kLoss;
     loss_start_ = now;
     close_interval();
     run_.loss_bytes = {live(), live()};
@@ -160,6 +170,7 @@ class Tracer : public UnitHooks {
     std::lock_guard<std::mutex> lock(mutex_);
     if (run_.backward.empty()) run_.loss_ms = milliseconds(now - loss_start_);
     close_backward_segment(now);
+    phase_ = Phase::kBackward;
     run_.backward.push_back(unit);
     free_gradients();
     boundary(run_.backward_bytes);
@@ -172,6 +183,36 @@ class Tracer : public UnitHooks {
     close_backward_segment(now);
     close_interval();
     last_ = nullptr;
+    phase_ = Phase::kDone;
+  }
+
+  // An operator's work goes where its time would: the segment it ran in.
+  void add_work(OpClass c, OpWork work) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    switch (phase_) {
+      case Phase::kForward:
+        if (forward_segment_.unit < 0) {
+          planner::add_work(before_first_, c, work);
+        } else {
+          planner::add_work(
+              (forward_segment_.enter ? run_.pre_forward_work
+                                      : run_.post_forward_work)[forward_segment_.unit],
+              c, work);
+        }
+        break;
+      case Phase::kBackward:
+        if (segment_unit_ >= 0) {
+          planner::add_work(run_.backward_work[segment_unit_], c, work);
+          break;
+        }
+        [[fallthrough]];
+      case Phase::kLoss:
+        planner::add_work(run_.loss_work, c, work);
+        break;
+      case Phase::kBefore:
+      case Phase::kDone:
+        break;
+    }
   }
 
   const char* input_dtype(int /*unit*/) override {
@@ -213,6 +254,8 @@ class Tracer : public UnitHooks {
                               : run_.post_forward_ms)[forward_segment_.unit] += ms;
     } else if (next.unit >= 0) {
       run_.pre_forward_ms[next.unit] += ms;
+      planner::add_work(run_.pre_forward_work[next.unit], before_first_);
+      before_first_ = {};
     }
     forward_segment_ = next;
     segment_start_ = now;
@@ -223,7 +266,10 @@ class Tracer : public UnitHooks {
     segment_unit_ = -1;
   }
 
+  enum class Phase { kBefore, kForward, kLoss, kBackward, kDone };
   std::mutex mutex_;
+  Phase phase_ = Phase::kBefore;
+  PhaseWork before_first_;  // forward's work before the first unit boundary
   TracedRun run_;
   std::vector<std::vector<Clock::time_point>> open_;  // per unit, its calls still running
   int segment_unit_ = -1;
@@ -325,10 +371,13 @@ void check_arguments(const torch::jit::Module& model, const std::string& model_p
 
 // Failing to allocate it is a usage error naming the input: the input is too large for this
 // machine, which is not a bug in mfsdp.
-at::Tensor example_tensor(const TraceInput& input, size_t position) {
+at::Tensor example_tensor(const TraceInput& input, size_t position, TraceDevice device) {
   std::string why = "out of memory";
   try {
     const c10::ScalarType type = scalar_type_of(input.dtype);
+    if (device == TraceDevice::kMeta) {
+      return at::empty(input.shape, at::TensorOptions().dtype(type).device(at::kMeta));
+    }
     if (!schema::is_floating_dtype(input.dtype)) {
       return at::zeros(input.shape, at::TensorOptions().dtype(type));
     }
@@ -370,7 +419,8 @@ at::Tensor loss_of(const c10::IValue& output, std::string& kind) {
       kind = "cross_entropy";
       const int64_t classes = logits.size(-1);
       const at::Tensor flat = logits.to(at::kFloat).reshape({-1, classes});
-      return at::cross_entropy_loss(flat, at::zeros({flat.size(0)}, at::kLong));
+      return at::cross_entropy_loss(flat,
+                                    at::zeros({flat.size(0)}, flat.options().dtype(at::kLong)));
     }
   }
   kind = "sum";
@@ -436,30 +486,99 @@ void take_median_times(TracedRun& run, const std::vector<TracedRun>& timed) {
   run.timed_steps = static_cast<int>(timed.size());
 }
 
+// Every tensor the module's objects hold becomes a meta tensor of its sizes, strides and
+// dtype, parameters keeping requires_grad; a tensor held in several places (a tied weight)
+// stays one. Nothing is read, so a skeleton converts like a full model.
+void move_to_meta(torch::jit::Module& model) {
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> moved;
+  std::unordered_set<const void*> seen;
+  const std::function<void(const c10::intrusive_ptr<c10::ivalue::Object>&)> visit =
+      [&](const c10::intrusive_ptr<c10::ivalue::Object>& object) {
+        if (!seen.insert(object.get()).second) return;
+        for (size_t i = 0; i < object->slots().size(); ++i) {
+          const c10::IValue& slot = object->getSlot(i);
+          if (slot.isObject()) {
+            visit(slot.toObject());
+            continue;
+          }
+          if (!slot.isTensor() || !slot.toTensor().defined()) continue;
+          const at::Tensor tensor = slot.toTensor();
+          auto found = moved.find(tensor.unsafeGetTensorImpl());
+          if (found == moved.end()) {
+            at::Tensor meta = at::empty_strided(tensor.sizes(), tensor.strides(),
+                                                tensor.options().device(at::kMeta));
+            if (tensor.requires_grad()) meta.requires_grad_(true);
+            found = moved.emplace(tensor.unsafeGetTensorImpl(), meta).first;
+          }
+          object->setSlot(i, found->second);
+        }
+      };
+  visit(model._ivalue());
+}
+
+// What a meta trace cannot do, said so: an operator with no meta kernel here, or a model
+// that reads tensor values.
+[[noreturn]] void fail_on_meta(const Error& e, const std::string& model_path) {
+  const std::string message = e.what();
+  const std::string reads_values =
+      model_path +
+      ": the shape-only trace (--trace-device meta) cannot run this model: its code "
+      "reads a tensor's value (.item(), bool(t), int(t), or a shape computed from "
+      "values), and meta tensors have none; trace on the CPU (--trace-device cpu)";
+  const std::string marker = "with arguments from the 'Meta' backend";
+  if (message.find(marker) != std::string::npos) {
+    const std::string lead = "Could not run '";
+    const size_t open = message.find(lead);
+    std::string op = "an operator";
+    if (open != std::string::npos) {
+      const size_t from = open + lead.size();
+      op = message.substr(from, message.find('\'', from) - from);
+    }
+    if (op == "aten::_local_scalar_dense") fail(ExitCode::kModel, reads_values);
+    fail(ExitCode::kModel, model_path +
+                               ": the shape-only trace (--trace-device meta) needs a "
+                               "meta kernel for " +
+                               op +
+                               ", which this LibTorch has none for; trace on the CPU "
+                               "(--trace-device cpu) instead, and report the operator");
+  }
+  fail(e.code(), message +
+                     " (the step ran on meta tensors, which have shapes but no values; a model "
+                     "that reads values traces only on the CPU, --trace-device cpu)");
+}
+
 }  // namespace
 
 TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
                       const std::vector<TraceInput>& inputs,
                       const std::optional<std::string>& param_dtype,
-                      const std::vector<bool>& checkpointed, int timed_steps) {
+                      const std::vector<bool>& checkpointed, int timed_steps, TraceDevice device) {
   std::vector<std::vector<std::string>> unit_modules;
   for (const std::string& path : unit_paths) unit_modules.push_back({path});
   return trace_unit_modules(model_path, unit_modules, inputs, param_dtype, checkpointed,
-                            timed_steps);
+                            timed_steps, device);
 }
 
 TracedRun trace_unit_modules(const std::string& model_path,
                              const std::vector<std::vector<std::string>>& unit_paths,
                              const std::vector<TraceInput>& inputs,
                              const std::optional<std::string>& param_dtype,
-                             const std::vector<bool>& checkpointed, int timed_steps) {
+                             const std::vector<bool>& checkpointed, int timed_steps,
+                             TraceDevice device) {
+  const bool meta = device == TraceDevice::kMeta;
   host_memory::install();  // before the step's tensors, so that they are counted
+  if (meta) {
+    host_memory::install_meta();
+    register_missing_meta_kernels();
+  }
   torch::jit::Module model = load_module(model_path);
-  if (const auto empty = first_tensor_without_data(model)) {
+  if (meta) {
+    move_to_meta(model);
+  } else if (const auto empty = first_tensor_without_data(model)) {
     fail(ExitCode::kUsage, "--trace-input runs a step of the model, but " + model_path +
                                " is a skeleton (saved from the meta device; " + *empty +
-                               " has no values); plan it without --trace-input, or trace the "
-                               "full model file of the same structure");
+                               " has no values); trace its shapes with --trace-device meta, or "
+                               "trace the full model file of the same structure");
   }
   check_arguments(model, model_path, inputs);
   std::vector<bool> checkpoints = checkpointed;
@@ -471,7 +590,7 @@ TracedRun trace_unit_modules(const std::string& model_path,
   std::vector<c10::IValue> arguments;
   for (size_t i = 0; i < inputs.size(); ++i) {
     specs.push_back(inputs[i].spec);
-    arguments.emplace_back(example_tensor(inputs[i], i));
+    arguments.emplace_back(example_tensor(inputs[i], i, device));
   }
   const std::string on = model_path + ": the traced step on --trace-input " + joined(specs, ", ");
 
@@ -497,6 +616,7 @@ TracedRun trace_unit_modules(const std::string& model_path,
         }
       });
     } catch (const Error& e) {
+      if (meta) fail_on_meta(e, model_path);
       // An embedding (or another op that indexes) given the default float32 input.
       const std::string message = e.what();
       if (message.find("Long, Int; but got") != std::string::npos &&
@@ -515,15 +635,26 @@ TracedRun trace_unit_modules(const std::string& model_path,
     }
     tracer.end_forward();
     output_bytes = grad_output_bytes(output);
-    const at::Tensor loss = loss_of(output, run_loss);
+    at::Tensor loss;
+    try {
+      loss = interpreted(on + " failed in the loss", [&] { return loss_of(output, run_loss); });
+    } catch (const Error& e) {
+      if (meta) fail_on_meta(e, model_path);
+      throw;
+    }
     if (!loss.defined()) {
       fail(ExitCode::kModel, on + " returned no floating tensor that requires grad, so there is "
                                   "no backward to trace; return the logits or the loss");
     }
-    interpreted(on + " failed in backward", [&] {
-      loss.backward();
-      return 0;
-    });
+    try {
+      interpreted(on + " failed in backward", [&] {
+        loss.backward();
+        return 0;
+      });
+    } catch (const Error& e) {
+      if (meta) fail_on_meta(e, model_path);
+      throw;
+    }
     tracer.end_backward();
   };
 
@@ -531,14 +662,23 @@ TracedRun trace_unit_modules(const std::string& model_path,
   Tracer tracer(unit_paths.size(), gradients, param_dtype, checkpoints);
   int64_t output_bytes = 0;
   std::string run_loss;
-  step(tracer, gradients, output_bytes, run_loss);
+  {
+    std::optional<CountingOps> counting;
+    if (meta) counting.emplace(tracer);
+    step(tracer, gradients, output_bytes, run_loss);
+  }
   TracedRun run = tracer.take();
+  run.device = device;
   run.inputs = specs;
   run.units = unit_paths;
   run.checkpointed = checkpoints;
   run.batch = inputs.empty() ? 1 : inputs.front().shape.front();
   run.output_bytes = output_bytes;
   run.loss = run_loss;
+  if (meta) {
+    run.threads = at::get_num_threads();
+    return run;  // nothing ran to time
+  }
   if (timed_steps >= 2 || timed_steps == kAutoTimedSteps) {
     std::vector<TracedRun> timed;
     const auto start = std::chrono::steady_clock::now();

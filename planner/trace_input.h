@@ -11,7 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "planner/torchscript/op_work.h"
+
 namespace mfsdp::planner {
+
+// Where the traced step runs. kCpu: on real values, timed. kMeta: on meta tensors, which
+// carry shapes and dtypes but no values, so nothing is computed or timed and any model size
+// traces in moments (a skeleton too); the bytes are counted as on the CPU and each unit's
+// work (op_work.h) is counted from the shapes.
+enum class TraceDevice { kCpu, kMeta };
+const char* trace_device_name(TraceDevice device);  // "cpu", "meta"
 
 // One example input: a tensor of `shape` and `dtype` (a schema dtype name).
 struct TraceInput {
@@ -86,6 +95,13 @@ struct TracedRun {
   // or more dims (logits; mfsdp run's default loss, against class 0), else "sum" (of every
   // floating output that requires grad).
   std::string loss;
+  // Where it ran. A meta trace has no times (every time field is 0, timed_steps 1, no
+  // calibration) and has the work: per unit, what its forward segments and its backward
+  // segment ran, split as the times are (pre_forward_ms, post_forward_ms, backward_ms), and
+  // loss_work from forward's end to the first pre_backward (the loss, and its backward).
+  TraceDevice device = TraceDevice::kCpu;
+  std::vector<PhaseWork> pre_forward_work, post_forward_work, backward_work;
+  PhaseWork loss_work;
 };
 
 // Loads `model_path` afresh on the CPU, instruments the modules at `unit_paths` (unit i is
@@ -107,6 +123,10 @@ struct TracedRun {
 // costs (allocations, first-call dispatch) stay out; kAutoTimedSteps runs at least
 // kAutoMinSteps and more until they took kAutoSeconds (at most kAutoMaxSteps), so that a short
 // step's median rests on enough samples. Then it measures calibration_gflops.
+// `device` kMeta runs the one step on meta tensors instead (TracedRun::device): the model's
+// tensors become meta tensors of their shapes (a skeleton traces too), the inputs are meta
+// tensors, `timed_steps` is ignored, and an operator this LibTorch has no meta kernel for
+// fails with Error(kModel) naming it and the CPU trace as the way out.
 inline constexpr int kAutoTimedSteps = 0;
 inline constexpr int kAutoMinSteps = 3, kAutoMaxSteps = 50;
 inline constexpr double kAutoSeconds = 0.5;
@@ -114,13 +134,15 @@ inline constexpr double kAutoSeconds = 0.5;
 TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
                       const std::vector<TraceInput>& inputs,
                       const std::optional<std::string>& param_dtype = std::nullopt,
-                      const std::vector<bool>& checkpointed = {}, int timed_steps = 1);
+                      const std::vector<bool>& checkpointed = {}, int timed_steps = 1,
+                      TraceDevice device = TraceDevice::kCpu);
 // The same for units of one or more modules: unit i is made of the modules at
 // `unit_modules[i]` (instrument_unit_modules), and the run's `units` are these lists.
 TracedRun trace_unit_modules(const std::string& model_path,
                              const std::vector<std::vector<std::string>>& unit_modules,
                              const std::vector<TraceInput>& inputs,
                              const std::optional<std::string>& param_dtype = std::nullopt,
-                             const std::vector<bool>& checkpointed = {}, int timed_steps = 1);
+                             const std::vector<bool>& checkpointed = {}, int timed_steps = 1,
+                             TraceDevice device = TraceDevice::kCpu);
 
 }  // namespace mfsdp::planner

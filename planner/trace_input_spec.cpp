@@ -29,6 +29,10 @@ std::string joined(const std::vector<std::string>& items) {
 
 }  // namespace
 
+const char* trace_device_name(TraceDevice device) {
+  return device == TraceDevice::kMeta ? "meta" : "cpu";
+}
+
 TraceInput parse_trace_input(const std::string& spec) {
   TraceInput input;
   input.spec = spec;

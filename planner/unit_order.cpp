@@ -338,6 +338,15 @@ schema::Trace trace_section(const PlanIR& ir, const std::vector<int64_t>& static
   if (count != static_count) trace.differs_from_static.push_back("units.call_count");
   if (ir.forward_order != static_forward) trace.differs_from_static.push_back("forward_order");
   if (ir.backward_order != static_backward) trace.differs_from_static.push_back("backward_order");
+  if (run.device == TraceDevice::kMeta) {  // shapes and work, no times
+    trace.device = trace_device_name(run.device);
+    for (int u : ir.forward_order) {
+      trace.work.push_back({ir.units[u].name, run.pre_forward_work[u], run.post_forward_work[u],
+                            run.backward_work[u]});
+    }
+    trace.loss_work = run.loss_work;
+    return trace;
+  }
   const auto fine = [](double ms) { return std::max(0.0, std::round(ms * 1000.0) / 1000.0); };
   for (int u : ir.forward_order) {
     schema::UnitTime time;

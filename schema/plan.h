@@ -203,6 +203,25 @@ struct UnitTime {
   std::optional<double> pre_forward_ms, post_forward_ms;
 };
 
+// The work of one stretch of a shape-only traced step, per op class
+// (docs/plan-format.md#work): FLOPs and the tensor bytes its operators read and write.
+struct ClassWork {
+  int64_t flops = 0;
+  int64_t bytes = 0;
+};
+struct Work {
+  ClassWork matmul;       // products and convolutions: 2 FLOPs per multiply-add
+  ClassWork attention;    // fused attention kernels (their two products)
+  ClassWork elementwise;  // everything else that moves bytes (norms, activations, copies)
+  ClassWork embedding;    // lookups: the rows they read; their backward: the table's gradient
+};
+// A unit's work, split at the boundaries as the times are (UnitTime's pre_forward_ms,
+// post_forward_ms and backward_ms).
+struct UnitWork {
+  std::string unit;
+  Work pre_forward, post_forward, backward;
+};
+
 // What `mfsdp plan --trace-input` observed. Plans made without it have none, and their bytes are
 // unchanged by this section's existence.
 struct Trace {
@@ -220,6 +239,13 @@ struct Trace {
   std::optional<int64_t> timed_steps;
   std::optional<int64_t> threads;  // the intra-op threads the traced steps ran with
   std::optional<double> calibration_gflops;
+  // Where the step ran: "meta" for a shape-only trace (`--trace-device meta`), none for the
+  // CPU. A meta trace has no times (an empty list, and none of the step's times above) and
+  // has the work instead: per unit of forward_order, in that order, and loss_work, from
+  // forward's end to the first pre_backward.
+  std::optional<std::string> device;
+  std::vector<UnitWork> work;
+  std::optional<Work> loss_work;
 };
 
 // Training defaults for `mfsdp run`, written by `mfsdp plan --training FILE` (or a scope file's

@@ -235,6 +235,10 @@ void check_prediction(Context& context) {
     context.report("prediction",
                    "is present without a trace; a step is predicted from the "
                    "unit times a trace measures");
+  } else if (context.plan.trace->device) {
+    context.report("prediction",
+                   "is present with a shape-only trace (device 'meta'), which has no unit "
+                   "times to predict from");
   }
   if (p.profile.empty()) context.report("prediction.profile", "is empty");
   if (p.microbatches < 1) context.report("prediction.microbatches", "must be at least 1");
@@ -262,6 +266,28 @@ void check_prediction(Context& context) {
     context.report("prediction.step_ms",
                    "is not compute_ms + exposed_comm_ms + contention_ms (" +
                        three_decimals(p.compute_ms + p.exposed_comm_ms + p.contention_ms) + " ms)");
+  }
+}
+
+// `items` (a trace's times or work) name the units of forward_order, in that order, each once.
+template <typename Item>
+void covers_forward_order(Context& context, const std::vector<Item>& items, const std::string& list,
+                          const std::string& what) {
+  const std::vector<std::string>& order = context.plan.forward_order;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string& unit = items[i].unit;
+    const std::string path = at(list, i) + ".unit";
+    if (i >= order.size()) {
+      context.report(path, quote(unit) + " is beyond forward_order, which has " +
+                               std::to_string(order.size()) + " unit(s)");
+    } else if (unit != order[i]) {
+      context.report(path, "is " + quote(unit) + ", expected " + quote(order[i]) + ": " + what +
+                               " list the units of forward_order, in that order");
+    }
+  }
+  if (items.size() < order.size()) {
+    context.report(
+        list, "misses " + quote(order[items.size()]) + " and every later unit of forward_order");
   }
 }
 
@@ -294,21 +320,35 @@ void check_trace(Context& context) {
       next = rank + 1;
     }
   }
-  const std::vector<std::string>& order = context.plan.forward_order;
-  for (size_t i = 0; i < trace.times.size(); ++i) {
-    const std::string& unit = trace.times[i].unit;
-    const std::string path = at("trace.times", i) + ".unit";
-    if (i >= order.size()) {
-      context.report(path, quote(unit) + " is beyond forward_order, which has " +
-                               std::to_string(order.size()) + " unit(s)");
-    } else if (unit != order[i]) {
-      context.report(path, "is " + quote(unit) + ", expected " + quote(order[i]) +
-                               ": times list the units of forward_order, in that order");
-    }
+  const bool meta = trace.device.has_value();
+  if (meta && *trace.device != "meta") {
+    context.report("trace.device", "is " + quote(*trace.device) +
+                                       ", expected 'meta' (a CPU trace has no device field)");
   }
-  if (trace.times.size() < order.size()) {
-    context.report("trace.times", "misses " + quote(order[trace.times.size()]) +
-                                      " and every later unit of forward_order");
+  if (meta) {
+    if (!trace.times.empty()) {
+      context.report("trace.times",
+                     "is not empty in a shape-only trace (device 'meta'), "
+                     "which times nothing");
+    }
+    for (const auto& [name, present] :
+         {std::pair<const char*, bool>{"loss_ms", trace.loss_ms.has_value()},
+          {"timed_steps", trace.timed_steps.has_value()},
+          {"calibration_gflops", trace.calibration_gflops.has_value()}}) {
+      if (present) {
+        context.report(std::string("trace.") + name,
+                       "is present in a shape-only trace (device 'meta'), which times nothing");
+      }
+    }
+    if (!trace.loss_work) context.report("trace.loss_work", "is missing in a shape-only trace");
+    covers_forward_order(context, trace.work, "trace.work", "work");
+  } else {
+    if (!trace.work.empty() || trace.loss_work) {
+      context.report(trace.work.empty() ? "trace.loss_work" : "trace.work",
+                     "is present in a CPU trace; only a shape-only trace (device 'meta') "
+                     "counts work");
+    }
+    covers_forward_order(context, trace.times, "trace.times", "times");
   }
   check_trace_timing(context, trace);
 }

@@ -109,6 +109,8 @@ const std::vector<std::string>& diff_field_names() {
       "trace.inputs",
       "trace.differs_from_static",
       "trace.times",
+      "trace.device",
+      "trace.work",
       "prediction",
   };
   return names;

@@ -21,6 +21,7 @@ ordered_json to_json(const Slot& slot);
 ordered_json to_json(const Diagnostic& diagnostic);
 ordered_json to_json(const UnitTime& time);
 ordered_json to_json(const UnitActivations& unit);
+ordered_json to_json(const UnitWork& work);
 
 template <typename T>
 ordered_json array_of(const std::vector<T>& items) {
@@ -203,6 +204,31 @@ ordered_json to_json(const UnitTime& time) {
   return j;
 }
 
+ordered_json to_json(const ClassWork& work) {
+  ordered_json j = ordered_json::object();
+  j["flops"] = work.flops;
+  j["bytes"] = work.bytes;
+  return j;
+}
+
+ordered_json to_json(const Work& work) {
+  ordered_json j = ordered_json::object();
+  j["matmul"] = to_json(work.matmul);
+  j["attention"] = to_json(work.attention);
+  j["elementwise"] = to_json(work.elementwise);
+  j["embedding"] = to_json(work.embedding);
+  return j;
+}
+
+ordered_json to_json(const UnitWork& work) {
+  ordered_json j = ordered_json::object();
+  j["unit"] = work.unit;
+  j["pre_forward"] = to_json(work.pre_forward);
+  j["post_forward"] = to_json(work.post_forward);
+  j["backward"] = to_json(work.backward);
+  return j;
+}
+
 ordered_json to_json(const Trace& trace) {
   ordered_json j = ordered_json::object();
   j["inputs"] = trace.inputs;
@@ -212,10 +238,18 @@ ordered_json to_json(const Trace& trace) {
   if (trace.timed_steps) j["timed_steps"] = *trace.timed_steps;
   if (trace.threads) j["threads"] = *trace.threads;
   if (trace.calibration_gflops) j["calibration_gflops"] = *trace.calibration_gflops;
+  // Absent for a CPU trace, so that its plans keep their bytes.
+  if (trace.device) j["device"] = *trace.device;
+  if (!trace.work.empty()) j["work"] = array_of(trace.work);
+  if (trace.loss_work) j["loss_work"] = to_json(*trace.loss_work);
   return j;
 }
 
 }  // namespace
+
+ordered_json work_to_json(const Work& work) {
+  return to_json(work);
+}
 
 ordered_json plan_prediction_json(const StepPrediction& p) {
   ordered_json j = ordered_json::object();

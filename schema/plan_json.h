@@ -34,6 +34,8 @@ ParseResult parse_plan(const nlohmann::json& doc);
 nlohmann::ordered_json training_to_json(const Training& training);
 // The plan's `prediction` section.
 nlohmann::ordered_json plan_prediction_json(const StepPrediction& prediction);
+// A shape-only trace's work of one stretch, as the plan file holds it.
+nlohmann::ordered_json work_to_json(const Work& work);
 struct TrainingParse {
   Training training;
   std::vector<Problem> problems;

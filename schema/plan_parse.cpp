@@ -359,6 +359,31 @@ class Reader {
     fields.finish();
   }
 
+  void read(const json& value, const std::string& path, ClassWork& out) {
+    Fields fields(*this, value, path);
+    fields.get("flops", out.flops);
+    fields.get("bytes", out.bytes);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, Work& out) {
+    Fields fields(*this, value, path);
+    fields.get("matmul", out.matmul);
+    fields.get("attention", out.attention);
+    fields.get("elementwise", out.elementwise);
+    fields.get("embedding", out.embedding);
+    fields.finish();
+  }
+
+  void read(const json& value, const std::string& path, UnitWork& out) {
+    Fields fields(*this, value, path);
+    fields.get("unit", out.unit);
+    fields.get("pre_forward", out.pre_forward);
+    fields.get("post_forward", out.post_forward);
+    fields.get("backward", out.backward);
+    fields.finish();
+  }
+
   void read(const json& value, const std::string& path, Trace& out) {
     Fields fields(*this, value, path);
     fields.get("inputs", out.inputs);
@@ -368,6 +393,11 @@ class Reader {
     fields.get_optional("timed_steps", out.timed_steps);
     fields.get_optional("threads", out.threads);
     fields.get_optional("calibration_gflops", out.calibration_gflops);
+    fields.get_optional("device", out.device);
+    std::optional<std::vector<UnitWork>> work;
+    fields.get_optional("work", work);
+    if (work) out.work = std::move(*work);
+    fields.get_optional("loss_work", out.loss_work);
     fields.finish();
   }
 

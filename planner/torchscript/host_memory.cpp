@@ -130,6 +130,31 @@ class CountingAllocator final : public c10::Allocator {
 
 CountingAllocator counting_allocator;
 
+// A meta tensor's storage has no data; its context is its size, which its deleter uncounts.
+void release_meta(void* context) {
+  live.fetch_sub(static_cast<int64_t>(reinterpret_cast<uintptr_t>(context)),
+                 std::memory_order_relaxed);
+}
+
+c10::DataPtr allocate_meta(size_t bytes) {
+  const c10::Device meta(c10::DeviceType::Meta);
+  if (bytes == 0) return {nullptr, nullptr, &release_meta, meta};
+  add(static_cast<int64_t>(bytes));
+  return {nullptr, reinterpret_cast<void*>(static_cast<uintptr_t>(bytes)), &release_meta, meta};
+}
+
+// As CountingAllocator, for LibTorch 1.13's and 2.x's spellings.
+class MetaAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t bytes) const { return allocate_meta(bytes); }
+  c10::DataPtr allocate(size_t bytes) { return allocate_meta(bytes); }
+  c10::DeleterFnPtr raw_deleter() const { return nullptr; }
+  void copy_data(void* /*dest*/, const void* /*src*/, std::size_t /*count*/) const {}
+};
+
+MetaAllocator meta_allocator;
+std::atomic<bool> meta_installed{false};
+
 int64_t status_kb(const char* field) {
   std::ifstream in("/proc/self/status");
   const std::string prefix = std::string(field) + ":";
@@ -148,6 +173,11 @@ void install() {
     previous_deleter.store(before->raw_deleter(), std::memory_order_relaxed);
   }
   c10::SetCPUAllocator(&counting_allocator, /*priority=*/1);
+}
+
+void install_meta() {
+  if (meta_installed.exchange(true)) return;
+  c10::SetAllocator(c10::DeviceType::Meta, &meta_allocator, /*priority=*/1);
 }
 
 void end_step() {

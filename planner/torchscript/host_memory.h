@@ -21,6 +21,11 @@ namespace mfsdp::host_memory {
 // GPT-2 small, bench/README.md); mapping each one fresh (until 0ac1070) zero-filled them
 // again on every step. Smaller tensors come from malloc.
 void install();
+// Counts meta tensors as well, from the next one made (idempotent): a meta tensor holds no
+// memory, but the bytes it stands for count in tensor_bytes() and its peak as a CPU tensor's
+// would, so that a shape-only trace (`mfsdp plan --trace-device meta`) measures the
+// activations a CPU trace does.
+void install_meta();
 constexpr int64_t kPooledBytes = int64_t{128} << 10;
 
 // A training step ended: the pool unmaps pages it has not handed out again for

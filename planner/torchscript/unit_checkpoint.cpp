@@ -303,8 +303,9 @@ bool begin(int64_t unit) {
   call->args = std::move(pending->args);
   pending.reset();
   std::vector<c10::Device> devices;
+  // Meta tensors draw no random numbers: a shape-only trace has no generator to restore.
   const auto note_device = [&](const at::Tensor& t) {
-    if (t.defined() && !t.device().is_cpu() &&
+    if (t.defined() && !t.device().is_cpu() && !t.is_meta() &&
         std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
       devices.push_back(t.device());
     }

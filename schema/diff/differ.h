@@ -146,6 +146,7 @@ class Differ {
   void compare_training();
   void compare_activations();
   void compare_trace();
+  void compare_trace_work();
   ordered_json visible_json(const Plan& plan) const;
   void add_fallback();
 

@@ -185,6 +185,7 @@ void Differ::compare_trace() {
   field("trace.inputs", list(old_.trace, &Trace::inputs), list(new_.trace, &Trace::inputs));
   field("trace.differs_from_static", list(old_.trace, &Trace::differs_from_static),
         list(new_.trace, &Trace::differs_from_static));
+  compare_trace_work();
   if (!shown("trace.times")) return;
   const auto time_text = [](const UnitTime& time) {
     ordered_json j = ordered_json::object();
@@ -220,6 +221,40 @@ void Differ::compare_trace() {
         field("trace.times[" + mapped(time.unit) + "]", time_text(time), "null");
       }
     }
+  }
+}
+
+// A shape-only trace's device and work (deterministic, so compared by default): per unit its
+// work as a JSON object, and the loss's as trace.work[(loss)].
+void Differ::compare_trace_work() {
+  const auto device = [](const std::optional<Trace>& trace) -> std::string {
+    return trace && trace->device ? text_of(*trace->device) : "null";  // null: on the CPU
+  };
+  field("trace.device", device(old_.trace), device(new_.trace));
+  if (!shown("trace.work")) return;
+  const auto work_text = [](const Work& work) { return work_to_json(work).dump(); };
+  const auto works = [&](const std::optional<Trace>& trace, bool renamed) {
+    std::map<std::string, std::string> out;
+    if (!trace) return out;
+    for (const UnitWork& w : trace->work) {
+      ordered_json j = ordered_json::object();
+      j["pre_forward"] = work_to_json(w.pre_forward);
+      j["post_forward"] = work_to_json(w.post_forward);
+      j["backward"] = work_to_json(w.backward);
+      out[renamed ? mapped(w.unit) : w.unit] = j.dump();
+    }
+    if (trace->loss_work) out["(loss)"] = work_text(*trace->loss_work);
+    return out;
+  };
+  const std::map<std::string, std::string> before = works(old_.trace, true);
+  const std::map<std::string, std::string> after = works(new_.trace, false);
+  std::set<std::string> units;
+  for (const auto& [unit, text] : before) units.insert(unit);
+  for (const auto& [unit, text] : after) units.insert(unit);
+  for (const std::string& unit : units) {
+    const auto b = before.find(unit), a = after.find(unit);
+    field("trace.work[" + unit + "]", b == before.end() ? "null" : b->second,
+          a == after.end() ? "null" : a->second);
   }
 }
 

@@ -397,6 +397,74 @@ TEST(PlanCli, ParametersOutsideEveryUnitAreRefused) {
 
 // --checkpoint and --checkpoint-type mark units for activation checkpointing; a traced plan
 // measures what that saves.
+// A shape-only trace of the skeleton: the full model's activations (traced on the CPU from
+// the model with values), work instead of times, a valid plan that `show` tabulates, and
+// the flags that need times refused.
+TEST(PlanCli, AMetaTracePlansASkeletonWithTheFullModelsActivations) {
+  const std::string meta = temp_path("meta_trace.plan.json");
+  const std::string cpu = temp_path("cpu_trace.plan.json");
+  const std::vector<std::string> units = {"--world-size",  "2",          "--unit",
+                                          "layers.*",      "--unit",     "<root>",
+                                          "--trace-input", "4x16:int64", "-q"};
+  std::vector<std::string> args = {"plan", "tests/fixtures/safetensors/tied_lm_skeleton.pt"};
+  args.insert(args.end(), units.begin(), units.end());
+  args.insert(args.end(), {"--trace-device", "meta", "-o", meta});
+  const RunResult r = mfsdp(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  args = {"plan", "tests/fixtures/tied_lm.pt"};
+  args.insert(args.end(), units.begin(), units.end());
+  args.insert(args.end(), {"-o", cpu});
+  ASSERT_EQ(mfsdp(args).exit_code, 0);
+
+  const auto m = nlohmann::json::parse(read_file(meta));
+  const auto c = nlohmann::json::parse(read_file(cpu));
+  EXPECT_EQ(m["memory"]["activations"], c["memory"]["activations"]);
+  EXPECT_EQ(m["trace"]["device"], "meta");
+  EXPECT_TRUE(m["trace"]["times"].empty());
+  EXPECT_FALSE(m["trace"].contains("calibration_gflops"));
+  ASSERT_EQ(m["trace"]["work"].size(), m["forward_order"].size());
+  EXPECT_GT(m["trace"]["work"][1]["pre_forward"]["matmul"]["flops"].get<int64_t>(), 0);
+
+  EXPECT_EQ(mfsdp({"validate", meta}).exit_code, 0);
+  const RunResult shown = mfsdp({"show", meta});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("shapes only (--trace-device meta): work per unit, no times"),
+            std::string::npos)
+      << shown.out;
+  EXPECT_NE(shown.out.find("% of it in matmuls and attention"), std::string::npos) << shown.out;
+}
+
+TEST(PlanCli, AMetaTraceRefusesTheFlagsThatNeedTimes) {
+  const std::vector<std::string> base = {"tests/fixtures/tied_lm.pt",
+                                         "--world-size",
+                                         "2",
+                                         "--auto",
+                                         "--trace-input",
+                                         "2x16:int64",
+                                         "--trace-device",
+                                         "meta"};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  expect_clean_failure(with({"--trace-repeats", "3"}), 2,
+                       "--trace-repeats is for timing the traced step, and a meta trace");
+  expect_clean_failure(with({"--profile", "h100-nvlink"}), 2,
+                       "--profile predicts the step from the unit times of a CPU trace");
+  expect_clean_failure(with({"--optimize", "--memory-budget", "1GiB"}), 2,
+                       "--optimize ranks traced plans by predicted step times");
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "--trace-input",
+                        "2x16:int64", "--trace-device", "gpu"},
+                       2, "--trace-device 'gpu': expected cpu or meta");
+  expect_clean_failure(
+      {"tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "--trace-device", "meta"}, 2,
+      "--trace-device says where the traced step runs; give --trace-input");
+  expect_clean_failure({"tests/fixtures/conditional.pt", "--world-size", "2", "--auto",
+                        "--trace-input", "4x8", "--trace-device", "meta"},
+                       3, "its code reads a tensor's value (.item(), bool(t), int(t)");
+}
+
 TEST(PlanCli, CheckpointMarksUnitsAndTheTraceMeasuresTheSaving) {
   const std::string plain = temp_path("ckpt_plain.plan.json");
   const std::string ckpt = temp_path("ckpt.plan.json");

@@ -203,3 +203,63 @@ TEST(PlanCheck, APredictionNeedsATraceAndTimesThatAddUp) {
 
 }  // namespace
 }  // namespace mfsdp::schema
+
+namespace mfsdp::schema {
+namespace {
+
+// A shape-only trace: work for every unit of forward_order in place of times, and nothing a
+// timed trace has.
+Trace meta_trace(const Plan& plan) {
+  Trace trace;
+  trace.inputs = {"2x16:int64"};
+  trace.device = "meta";
+  for (const std::string& unit : plan.forward_order) trace.work.push_back({unit, {}, {}, {}});
+  trace.loss_work = Work{};
+  return trace;
+}
+
+TEST(PlanCheck, AMetaTraceHasWorkForEveryUnitAndNoTimes) {
+  Plan plan = sample_plan();
+  ASSERT_GE(plan.forward_order.size(), 2u);
+  plan.trace = meta_trace(plan);
+  EXPECT_EQ(check(plan), Lines{});
+
+  plan.trace->work.pop_back();
+  plan.trace->times.push_back({plan.forward_order[0], 1, 1, {}, {}});
+  plan.trace->timed_steps = 3;
+  plan.trace->loss_work.reset();
+  EXPECT_EQ(check(plan),
+            (Lines{"trace.times: is not empty in a shape-only trace (device 'meta'), which "
+                   "times nothing",
+                   "trace.timed_steps: is present in a shape-only trace (device 'meta'), "
+                   "which times nothing",
+                   "trace.loss_work: is missing in a shape-only trace",
+                   "trace.work: misses '" + plan.forward_order.back() +
+                       "' and every later unit of forward_order"}));
+}
+
+TEST(PlanCheck, OnlyAMetaTraceHasWorkAndNeitherCanBeOfAnotherDevice) {
+  Plan plan = sample_plan();
+  plan.trace = meta_trace(plan);
+  plan.trace->device = "cuda";
+  EXPECT_EQ(check(plan).front(),
+            "trace.device: is 'cuda', expected 'meta' (a CPU trace has no device field)");
+  plan.trace->device.reset();
+  for (const std::string& unit : plan.forward_order) plan.trace->times.push_back({unit, 1, 1});
+  EXPECT_EQ(check(plan), (Lines{"trace.work: is present in a CPU trace; only a shape-only trace "
+                                "(device 'meta') counts work"}));
+}
+
+TEST(PlanCheck, APredictionCannotComeFromAMetaTrace) {
+  Plan plan = sample_plan();
+  plan.trace = meta_trace(plan);
+  StepPrediction p;
+  p.profile = "probe";
+  p.optimizer = "adamw";
+  plan.prediction = p;
+  EXPECT_EQ(check(plan), (Lines{"prediction: is present with a shape-only trace (device "
+                                "'meta'), which has no unit times to predict from"}));
+}
+
+}  // namespace
+}  // namespace mfsdp::schema

@@ -148,6 +148,32 @@ TEST(PlanDiff, ActivationsAreComparedAsQuantities) {
   EXPECT_EQ(diff_plans(a, b, options).quantities.size(), 1u);
 }
 
+// A shape-only trace's work is compared by default, per unit, and --ignore trace.work drops it;
+// a CPU trace against a meta one shows the device.
+TEST(PlanDiff, AMetaTracesWorkIsComparedPerUnit) {
+  Plan a = golden("tied_lm");
+  Trace trace;
+  trace.inputs = {"2x16:int64"};
+  trace.device = "meta";
+  for (const std::string& unit : a.forward_order) trace.work.push_back({unit, {}, {}, {}});
+  trace.loss_work = Work{};
+  a.trace = trace;
+  Plan b = a;
+  b.trace->work[1].backward.matmul.flops = 4096;
+  const std::string unit = a.forward_order[1];
+  EXPECT_EQ(fields_of(diff_plans(a, b)), std::vector<std::string>{"trace.work[" + unit + "]"});
+  DiffOptions options;
+  options.ignore = {"trace.work"};
+  EXPECT_TRUE(diff_plans(a, b, options).empty());
+  Plan cpu = a;
+  cpu.trace->device.reset();
+  cpu.trace->work.clear();
+  cpu.trace->loss_work.reset();
+  const std::vector<std::string> fields = fields_of(diff_plans(cpu, a));
+  ASSERT_FALSE(fields.empty());
+  EXPECT_EQ(fields.front(), "trace.device");
+}
+
 TEST(PlanDiff, VolatileFieldsAreIgnoredUnlessIncluded) {
   const Plan a = golden("tied_lm");
   Plan b = a;

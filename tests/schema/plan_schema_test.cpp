@@ -220,5 +220,35 @@ TEST_F(PlanSchema, AcceptsActivationsAndRejectsBadValues) {
   EXPECT_FALSE(valid(missing));
 }
 
+// A shape-only trace: the schema accepts what mfsdp writes, the reader gives it back byte for
+// byte, and the schema rejects another device, a negative count and an unknown class.
+TEST_F(PlanSchema, AcceptsAMetaTraceAndRejectsBadWork) {
+  Plan plan = sample_plan();
+  plan.trace = Trace{};
+  plan.trace->inputs = {"1x8192:int64"};
+  plan.trace->device = "meta";
+  for (const std::string& unit : plan.forward_order) {
+    UnitWork w{unit, {}, {}, {}};
+    w.pre_forward.matmul = {2048, 96};
+    w.backward.embedding = {0, 64};
+    plan.trace->work.push_back(w);
+  }
+  plan.trace->loss_work = Work{};
+  plan.trace->loss_work->elementwise = {10, 80};
+  const std::string text = dump_plan(plan);
+  const json doc = json::parse(text);
+  EXPECT_EQ(violations(doc), std::vector<std::string>{});
+  EXPECT_EQ(dump_plan(parse_plan(doc).plan), text);
+  json bad = doc;
+  bad["trace"]["device"] = "cpu";
+  EXPECT_FALSE(valid(bad));
+  bad = doc;
+  bad["trace"]["work"][0]["pre_forward"]["matmul"]["flops"] = -1;
+  EXPECT_FALSE(valid(bad));
+  bad = doc;
+  bad["trace"]["loss_work"]["conv"] = {{"flops", 0}, {"bytes", 0}};
+  EXPECT_FALSE(valid(bad));
+}
+
 }  // namespace
 }  // namespace mfsdp::schema

@@ -45,6 +45,13 @@ CostModel step_costs(const Plan& plan, const Profile& profile, const PredictOpti
          "--trace-input SHAPE` measures (docs/predict.md); its memory is in the plan already");
   }
   const Trace& trace = *plan.trace;
+  if (trace.device) {
+    fail(ExitCode::kUsage,
+         "the plan's trace ran on " + *trace.device +
+             " tensors (--trace-device meta): it has the units' activations and work but no "
+             "times, and predicting a step replays unit times; re-plan with --trace-input on "
+             "the CPU (docs/predict.md#what-it-leaves-out)");
+  }
   for (const UnitTime& t : trace.times) {
     if (!t.pre_forward_ms || !t.post_forward_ms) {
       fail(ExitCode::kUsage, "the plan's trace has no forward split (pre_forward_ms of " + t.unit +

@@ -121,13 +121,19 @@ TEST(CostModel, TheSimulatedComputeIsTheSumOfTheCosts) {
   EXPECT_NEAR(p.step_us, p.compute_us + p.exposed_comm_us, 1e-9);
 }
 
-TEST(CostModel, RefusesAPlanWithoutATraceOrWithoutTheForwardSplit) {
+TEST(CostModel, RefusesAPlanWithoutATraceOrWithoutTheForwardSplitOrTimes) {
   EXPECT_MFSDP_ERROR(step_costs(tied_lm(), profile(), {}), ExitCode::kUsage, "--trace-input SHAPE");
   Plan old = traced();
   old.trace->times[1].pre_forward_ms.reset();
   old.trace->times[1].post_forward_ms.reset();
   EXPECT_MFSDP_ERROR(step_costs(old, profile(), {}), ExitCode::kUsage,
                      "no forward split (pre_forward_ms of layers.0)");
+  Plan meta = tied_lm();
+  meta.trace = Trace{};
+  meta.trace->inputs = {"2x16:int64"};
+  meta.trace->device = "meta";
+  EXPECT_MFSDP_ERROR(step_costs(meta, profile(), {}), ExitCode::kUsage,
+                     "it has the units' activations and work but no times");
   PredictOptions bad;
   bad.optimizer = "lamb";
   EXPECT_MFSDP_ERROR(step_costs(traced(), profile(), bad), ExitCode::kUsage,

@@ -36,10 +36,10 @@ Examples:
   # on a 2x64 batch of token ids:
   mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --trace-input 2x64:int64
 
-  # The same on meta tensors (shapes only): activation memory and per-unit FLOPs of a model
-  # too large to run here, or of a skeleton; no times:
-  mfsdp plan llama.skeleton.pt --world-size 256 --unit 'layers.*' --unit '<root>' \
-      --trace-input 1x8192:int64 --trace-device meta
+  # The same on meta tensors (shapes only, no times): activation memory and per-unit FLOPs,
+  # in about a second for a model too large to run here or a skeleton (docs/large-models.md):
+  mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --trace-input 2x64:int64 \
+      --trace-device meta
 
   # Record training defaults for mfsdp run (its flags win), e.g. {"steps": 1000, "lr": 3e-4}:
   mfsdp plan gpt.pt --world-size 8 --unit 'layers.*' --unit '<root>' --training train.json

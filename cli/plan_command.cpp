@@ -233,12 +233,6 @@ planner::TraceDevice trace_device_of(const CLI::App& cmd, const PlanFlags& flags
          "(--trace-device meta) has none; trace on the CPU to predict (docs/predict.md), or "
          "drop --profile to plan with the meta trace's memory");
   }
-  if (flags.optimize || flags.sweep) {
-    fail(ExitCode::kUsage, std::string(flags.optimize ? "--optimize" : "--sweep") +
-                               " ranks traced plans by predicted step times, which a meta trace "
-                               "(--trace-device meta) does not have; trace on the CPU, or "
-                               "search without --trace-input (by memory and collectives)");
-  }
   return planner::TraceDevice::kMeta;
 }
 
@@ -250,17 +244,23 @@ schema::Plan search_plans_and_choose(const PlanFlags& flags, const CLI::App& cmd
                                      const std::optional<schema::Training>& training,
                                      search::UnitChoice yours,
                                      const std::vector<planner::TraceInput>& trace_inputs,
-                                     int trace_repeats) {
+                                     int trace_repeats, planner::TraceDevice trace_device) {
   SearchInput in;
   if (cmd.count("--memory-budget")) {
     in.memory_budget = parse_bytes(flags.memory_budget, "--memory-budget");
   }
+  const bool meta = trace_device == planner::TraceDevice::kMeta;
   if (trace_inputs.empty() && flags.optimize && !in.memory_budget) {
     fail(ExitCode::kUsage,
          "--optimize without --trace-input chooses by memory alone and needs --memory-budget "
          "SIZE; or give --trace-input SHAPE and --profile P to predict each plan's step");
   }
-  if (!trace_inputs.empty() && flags.prediction.profile.empty()) {
+  if (meta && flags.optimize && !in.memory_budget) {
+    fail(ExitCode::kUsage,
+         "--optimize with a meta trace (--trace-device meta) chooses by memory, activations "
+         "included, and collectives, and needs --memory-budget SIZE");
+  }
+  if (!trace_inputs.empty() && !meta && flags.prediction.profile.empty()) {
     fail(ExitCode::kUsage, std::string(flags.optimize ? "--optimize" : "--sweep") +
                                " needs --profile FILE|NAME to predict the traced plans: a file "
                                "from mfsdp probe, or a built-in (h100-nvlink, h200-nvlink, "
@@ -273,6 +273,7 @@ schema::Plan search_plans_and_choose(const PlanFlags& flags, const CLI::App& cmd
   in.yours = std::move(yours);
   in.trace_inputs = trace_inputs;
   in.trace_repeats = trace_repeats;
+  in.trace_device = trace_device;
   in.training = training;
   in.check_yours = check_whole_model;
   if (!flags.prediction.profile.empty()) {
@@ -415,9 +416,10 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
     planner::set_compute_threads(trace_thread_count(trace_threads, mesh));
     search::UnitChoice yours{flags.auto_units ? "blocks + model" : "yours", modules, checkpoint,
                              reshard};
-    write_plan(flags, training,
-               search_plans_and_choose(flags, cmd, model, mesh, policy, training, yours,
-                                       trace_inputs, static_cast<int>(trace_repeats)));
+    write_plan(
+        flags, training,
+        search_plans_and_choose(flags, cmd, model, mesh, policy, training, yours, trace_inputs,
+                                static_cast<int>(trace_repeats), trace_device));
     return;
   }
   planner::ShardingScope scope(model, mesh, policy);

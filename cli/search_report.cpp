@@ -85,7 +85,10 @@ void print_sweep(std::ostream& out, const SearchResult& result,
   out << "candidates (* on the Pareto front: none both "
       << (result.predicted ? "faster" : "with fewer collectives") << " and smaller"
       << (budget ? "; - over the budget of " + format_bytes(*budget) : std::string()) << ")\n";
-  if (!result.predicted) {
+  if (!result.predicted && result.activations) {
+    out << "meta trace: memory with its activations, collectives per microbatch instead of a "
+           "predicted step (a CPU trace and --profile predict it)\n";
+  } else if (!result.predicted) {
     out << "no trace: memory without activations, collectives per microbatch instead of a "
            "predicted step (give --trace-input to predict it)\n";
   }
@@ -138,12 +141,15 @@ void print_choice(std::ostream& out, const SearchResult& result,
       return std::to_string(k.collectives) + " collectives per microbatch, " +
              format_bytes(k.memory_bytes) + " per rank";
     };
-    out << "optimized by memory alone (no trace): " << c.label() << ": " << figures(c)
-        << budget_text << "\n";
+    out << "optimized by memory alone ("
+        << (result.activations ? "meta trace, activations counted" : "no trace")
+        << "): " << c.label() << ": " << figures(c) << budget_text << "\n";
     out << "  vs your plan (" << yours.label() << "): " << figures(yours)
         << (yours.fits ? "" : "; yours is over the budget") << "\n";
-    out << "  activations are not counted: leave room for them under the budget, or give "
-           "--trace-input (and --profile) to count them and predict the step\n";
+    if (!result.activations) {
+      out << "  activations are not counted: leave room for them under the budget, or give "
+             "--trace-input (and --profile) to count them and predict the step\n";
+    }
     return;
   }
   out << "optimized: " << c.label() << ": predicted step " << ms_text(c.step_ms) << ", "

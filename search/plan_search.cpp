@@ -6,6 +6,7 @@
 
 #include "planner/sharding_scope.h"
 #include "planner/unit_selector.h"
+#include "predict/cost_model.h"
 #include "schema/error.h"
 #include "search/unit_choices.h"
 
@@ -92,12 +93,25 @@ std::string Candidate::label() const {
          (policy.unified_stream ? ", 1 stream" : ", 2 streams");
 }
 
+namespace {
+
+// The samples a meta-traced plan's activations were counted for: the traced batch.
+int64_t traced_samples(const schema::Plan& plan) {
+  return plan.trace ? predict::traced_batch(*plan.trace) : 1;
+}
+
+}  // namespace
+
 SearchResult search_plans(const SearchInput& in) {
   SearchResult result;
-  result.predicted = !in.trace_inputs.empty();
+  // A meta trace weighs activations (so checkpointing and merging are choices) but times
+  // nothing: its plans are ranked by memory and collectives, as without a trace.
+  const bool traced = !in.trace_inputs.empty();
+  result.predicted = traced && in.trace_device == planner::TraceDevice::kCpu;
+  result.activations = traced;
   int blocks = -1;
   const std::vector<UnitChoice> choices =
-      unit_choices(in.model->ir(), in.yours, result.predicted, blocks);
+      unit_choices(in.model->ir(), in.yours, traced, result.predicted, blocks);
   const std::string optimizer = predict::predicted_optimizer(in.training, in.predict);
   std::map<size_t, planner::TracedRun> traces;  // by choice
   const auto trace_of = [&](size_t c) -> const planner::TracedRun* {
@@ -128,6 +142,10 @@ SearchResult search_plans(const SearchInput& in) {
       candidate.memory_bytes =
           predict::rank_memory_bytes(candidate.plan, p.optimizer, p.model.microbatch_samples)
               .value_or(0);
+    } else if (traced) {
+      candidate.memory_bytes =
+          predict::rank_memory_bytes(candidate.plan, optimizer, traced_samples(candidate.plan))
+              .value_or(0);
     } else {
       candidate.memory_bytes = predict::rank_state_bytes(candidate.plan, optimizer);
     }
@@ -154,14 +172,14 @@ SearchResult search_plans(const SearchInput& in) {
     const UnitChoice& units = choices[c];
     // Merged blocks the model does not run one after another cannot be planned: not a choice.
     if (c != 0 && !can_plan(in, units)) continue;
-    if (result.predicted) {
+    if (traced) {
       std::vector<std::vector<std::string>> paths;
       for (const std::vector<int>& unit : units.modules) {
         paths.push_back(planner::module_paths(in.model->ir(), unit));
       }
       traces.emplace(c, planner::trace_unit_modules(in.model_path, paths, in.trace_inputs,
                                                     in.policy.param_dtype, units.checkpoint,
-                                                    in.trace_repeats));
+                                                    in.trace_repeats, in.trace_device));
     }
     if (c == 0 && !consider(0, in.policy, units.reshard_after_forward)) break;
     // The backward order, to keep its first units gathered.
@@ -234,6 +252,10 @@ SearchResult search_plans(const SearchInput& in) {
       const schema::Plan plan = plan_of(in, choices[c.choice], c.reshard_after_forward, mesh,
                                         c.policy, trace_of(c.choice));
       SearchResult::WorldRow row{world, 0, predict::rank_state_bytes(plan, optimizer)};
+      if (traced && !result.predicted) {
+        row.memory_bytes =
+            predict::rank_memory_bytes(plan, optimizer, traced_samples(plan)).value_or(0);
+      }
       if (result.predicted) {
         const predict::PlanPrediction p = predict::predict_plan(plan, *in.profile, in.predict);
         row.step_ms = p.prediction.step_us / 1000;

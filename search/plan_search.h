@@ -30,7 +30,10 @@ struct SearchInput {
   UnitChoice yours;       // the user's units; search_plans adds the others
   std::vector<planner::TraceInput> trace_inputs;  // none: by memory alone (no profile then)
   int trace_repeats = planner::kAutoTimedSteps;
-  std::optional<predict::Profile> profile;  // with a trace
+  // kMeta: each choice's trace runs on meta tensors (no times, no profile): plans are weighed
+  // by memory, their traced activations included, and collectives.
+  planner::TraceDevice trace_device = planner::TraceDevice::kCpu;
+  std::optional<predict::Profile> profile;  // with a CPU trace
   predict::PredictRequest predict;  // microbatches, microbatch size, optimizer, compute scale
   std::optional<int64_t> memory_budget;
   std::optional<schema::Training> training;  // every plan's: its defaults feed the prediction
@@ -60,6 +63,7 @@ struct Candidate {
 
 struct SearchResult {
   bool predicted = true;              // by a trace and a profile; false: by memory alone
+  bool activations = false;           // memory counts traced activations (always when predicted)
   std::vector<Candidate> candidates;  // in the order tried: the user's plan first
   int chosen = -1;                    // the best that fits (-1: none fits)
   int yours = 0;                      // the user's units and policy

@@ -8,7 +8,7 @@
 namespace mfsdp::search {
 
 std::vector<UnitChoice> unit_choices(const planner::ModelIR& ir, const UnitChoice& yours,
-                                     bool traced, int& blocks_choice) {
+                                     bool traced, bool timed, int& blocks_choice) {
   std::vector<UnitChoice> out = {yours};
   out[0].checkpoint.resize(out[0].modules.size(), false);
   out[0].reshard_after_forward.resize(out[0].modules.size());
@@ -51,7 +51,7 @@ std::vector<UnitChoice> unit_choices(const planner::ModelIR& ir, const UnitChoic
   // Adjacent blocks merged: fewer, larger collectives. Twos and fours of the elements of one
   // list, where a list has more than that; a unit of one block holds the remainder. Only a
   // trace weighs what they lose in overlap: a count of collectives always prefers them.
-  if (flat && traced) {
+  if (flat && timed) {
     for (size_t size : {size_t{2}, size_t{4}}) {
       std::vector<std::vector<int>> merged;
       for (size_t b = 0; b < n; ++b) {

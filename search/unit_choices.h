@@ -23,12 +23,13 @@ struct UnitChoice {
 };
 
 // The units tried, `yours` first: every ModuleList element plus the model (FSDP2's habit);
-// with a trace (`traced`), which measures what they save and cost, the same with the first
-// half of the blocks or every block checkpointed, and adjacent elements merged in twos and in
+// with a trace (`traced`), which measures what checkpointing saves, the same with the first
+// half of the blocks or every block checkpointed; with a timed trace (`timed`), which also
+// measures what fewer collectives lose in overlap, adjacent elements merged in twos and in
 // fours plus the model; every module of a repeated block class plus the model (the two
 // classes holding the most parameters); the model alone. A choice equal to an earlier one is
 // left out. `blocks_choice` is set to the index of "every block plus the model".
 std::vector<UnitChoice> unit_choices(const planner::ModelIR& ir, const UnitChoice& yours,
-                                     bool traced, int& blocks_choice);
+                                     bool traced, bool timed, int& blocks_choice);
 
 }  // namespace mfsdp::search

@@ -434,6 +434,48 @@ TEST(PlanCli, AMetaTracePlansASkeletonWithTheFullModelsActivations) {
   EXPECT_NE(shown.out.find("% of it in matmuls and attention"), std::string::npos) << shown.out;
 }
 
+// --optimize on a meta trace traces each choice of units on meta tensors and weighs their
+// activations: a budget below the unsharded plan's activations picks a checkpointed plan.
+TEST(PlanCli, OptimizeOnAMetaTraceCountsEachChoicesActivations) {
+  const std::string out = temp_path("meta_optimized.plan.json");
+  const std::vector<std::string> base = {"plan",
+                                         "tests/fixtures/safetensors/tied_lm_skeleton.pt",
+                                         "--world-size",
+                                         "2",
+                                         "--unit",
+                                         "layers.*",
+                                         "--unit",
+                                         "<root>",
+                                         "--trace-input",
+                                         "8x64:int64",
+                                         "--trace-device",
+                                         "meta",
+                                         "-o",
+                                         out};
+  std::vector<std::string> plain = base;
+  plain.push_back("-q");
+  ASSERT_EQ(mfsdp(plain).exit_code, 0);
+  const auto yours = nlohmann::json::parse(read_file(out));
+  const int64_t peak = yours["memory"]["activations"]["peak_bytes"].get<int64_t>();
+  const int64_t state = yours["memory"]["sharded_param_bytes"].get<int64_t>() * 4 +
+                        yours["memory"]["slot_bytes"].get<int64_t>();
+  // Room for the state and three quarters of the unsharded plan's activations.
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--optimize", "--memory-budget", std::to_string(state + peak * 3 / 4)});
+  const RunResult r = mfsdp(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("optimized by memory alone (meta trace, activations counted)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("yours is over the budget"), std::string::npos) << r.err;
+  const auto chosen = nlohmann::json::parse(read_file(out));
+  EXPECT_EQ(chosen["trace"]["device"], "meta");
+  EXPECT_LT(chosen["memory"]["activations"]["peak_bytes"].get<int64_t>(), peak);
+  bool checkpointed = false;
+  for (const auto& unit : chosen["units"]) checkpointed |= unit.value("checkpoint", false);
+  EXPECT_TRUE(checkpointed);
+}
+
 TEST(PlanCli, AMetaTraceRefusesTheFlagsThatNeedTimes) {
   const std::vector<std::string> base = {"tests/fixtures/tied_lm.pt",
                                          "--world-size",
@@ -452,8 +494,9 @@ TEST(PlanCli, AMetaTraceRefusesTheFlagsThatNeedTimes) {
                        "--trace-repeats is for timing the traced step, and a meta trace");
   expect_clean_failure(with({"--profile", "h100-nvlink"}), 2,
                        "--profile predicts the step from the unit times of a CPU trace");
-  expect_clean_failure(with({"--optimize", "--memory-budget", "1GiB"}), 2,
-                       "--optimize ranks traced plans by predicted step times");
+  expect_clean_failure(with({"--optimize"}), 2,
+                       "--optimize with a meta trace (--trace-device meta) chooses by memory, "
+                       "activations included, and collectives, and needs --memory-budget SIZE");
   expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "--trace-input",
                         "2x16:int64", "--trace-device", "gpu"},
                        2, "--trace-device 'gpu': expected cpu or meta");

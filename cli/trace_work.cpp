@@ -9,14 +9,6 @@
 namespace mfsdp::cli {
 namespace {
 
-int64_t flops_of(const schema::Work& w) {
-  return w.matmul.flops + w.attention.flops + w.elementwise.flops + w.embedding.flops;
-}
-
-int64_t bytes_of(const schema::Work& w) {
-  return w.matmul.bytes + w.attention.bytes + w.elementwise.bytes + w.embedding.bytes;
-}
-
 std::string padded(const std::string& text, size_t width, bool left) {
   const std::string fill(width > text.size() ? width - text.size() : 0, ' ');
   return left ? fill + text : text + fill;
@@ -54,21 +46,16 @@ void write_trace_work(std::ostream& out, const schema::Trace& trace,
     if (it != saved.end()) {
       activations = it->second < 0 ? "-" + format_bytes(-it->second) : format_bytes(it->second);
     }
-    rows.push_back({unit, format_flops(flops_of(forward)), format_flops(flops_of(backward)),
-                    format_bytes(bytes_of(forward) + bytes_of(backward)), activations});
-    total += flops_of(forward) + flops_of(backward);
+    const schema::ClassWork f = forward.total(), b = backward.total();
+    rows.push_back({unit, format_flops(f.flops), format_flops(b.flops),
+                    format_bytes(f.bytes + b.bytes), activations});
+    total += f.flops + b.flops;
     products += forward.matmul.flops + backward.matmul.flops + forward.attention.flops +
                 backward.attention.flops;
   };
   for (const schema::UnitWork& w : trace.work) {
     schema::Work forward = w.pre_forward;
-    for (auto [into, more] : {std::pair{&forward.matmul, &w.post_forward.matmul},
-                              {&forward.attention, &w.post_forward.attention},
-                              {&forward.elementwise, &w.post_forward.elementwise},
-                              {&forward.embedding, &w.post_forward.embedding}}) {
-      into->flops += more->flops;
-      into->bytes += more->bytes;
-    }
+    forward += w.post_forward;
     add_row(w.unit, forward, w.backward);
   }
   if (trace.loss_work) add_row("(loss)", *trace.loss_work, {});

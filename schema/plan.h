@@ -204,16 +204,38 @@ struct UnitTime {
 };
 
 // The work of one stretch of a shape-only traced step, per op class
-// (docs/plan-format.md#work): FLOPs and the tensor bytes its operators read and write.
+// (docs/plan-format.md#work): FLOPs, the tensor bytes its operators read and write, and how
+// many operators did it (an analytic compute model sizes a kernel's efficiency by their mean).
 struct ClassWork {
   int64_t flops = 0;
   int64_t bytes = 0;
+  int64_t ops = 0;
+  ClassWork& operator+=(const ClassWork& more) {
+    flops += more.flops;
+    bytes += more.bytes;
+    ops += more.ops;
+    return *this;
+  }
 };
 struct Work {
   ClassWork matmul;       // products and convolutions: 2 FLOPs per multiply-add
   ClassWork attention;    // fused attention kernels (their two products)
   ClassWork elementwise;  // everything else that moves bytes (norms, activations, copies)
   ClassWork embedding;    // lookups: the rows they read; their backward: the table's gradient
+  Work& operator+=(const Work& more) {
+    matmul += more.matmul;
+    attention += more.attention;
+    elementwise += more.elementwise;
+    embedding += more.embedding;
+    return *this;
+  }
+  ClassWork total() const {  // every class together
+    ClassWork all = matmul;
+    all += attention;
+    all += elementwise;
+    all += embedding;
+    return all;
+  }
 };
 // A unit's work, split at the boundaries as the times are (UnitTime's pre_forward_ms,
 // post_forward_ms and backward_ms).

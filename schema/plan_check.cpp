@@ -227,18 +227,14 @@ std::string three_decimals(double value) {
 }
 
 // The prediction section: finite times >= 0 that add up, a known optimizer, and a trace to
-// have predicted from.
+// have predicted from (a CPU trace's times, or a shape-only trace's work at a profile's rates).
 void check_prediction(Context& context) {
   if (!context.plan.prediction) return;
   const StepPrediction& p = *context.plan.prediction;
   if (!context.plan.trace) {
     context.report("prediction",
                    "is present without a trace; a step is predicted from the "
-                   "unit times a trace measures");
-  } else if (context.plan.trace->device) {
-    context.report("prediction",
-                   "is present with a shape-only trace (device 'meta'), which has no unit "
-                   "times to predict from");
+                   "unit times or work a trace records");
   }
   if (p.profile.empty()) context.report("prediction.profile", "is empty");
   if (p.microbatches < 1) context.report("prediction.microbatches", "must be at least 1");
@@ -288,6 +284,21 @@ void covers_forward_order(Context& context, const std::vector<Item>& items, cons
   if (items.size() < order.size()) {
     context.report(
         list, "misses " + quote(order[items.size()]) + " and every later unit of forward_order");
+  }
+}
+
+// One stretch's work: counts >= 0, and no FLOPs or bytes without an operator that did them.
+void check_work(Context& context, const Work& work, const std::string& path) {
+  for (const auto& [name, c] : {std::pair<const char*, const ClassWork*>{"matmul", &work.matmul},
+                                {"attention", &work.attention},
+                                {"elementwise", &work.elementwise},
+                                {"embedding", &work.embedding}}) {
+    const std::string at_class = path + "." + name;
+    if (c->flops < 0 || c->bytes < 0 || c->ops < 0) {
+      context.report(at_class, "has a negative count");
+    } else if (c->ops == 0 && (c->flops > 0 || c->bytes > 0)) {
+      context.report(at_class + ".ops", "is 0 beside FLOPs or bytes: some operator did them");
+    }
   }
 }
 
@@ -341,7 +352,15 @@ void check_trace(Context& context) {
       }
     }
     if (!trace.loss_work) context.report("trace.loss_work", "is missing in a shape-only trace");
+    if (trace.loss_work) check_work(context, *trace.loss_work, "trace.loss_work");
     covers_forward_order(context, trace.work, "trace.work", "work");
+    for (size_t i = 0; i < trace.work.size(); ++i) {
+      const UnitWork& w = trace.work[i];
+      const std::string path = at("trace.work", i);
+      check_work(context, w.pre_forward, path + ".pre_forward");
+      check_work(context, w.post_forward, path + ".post_forward");
+      check_work(context, w.backward, path + ".backward");
+    }
   } else {
     if (!trace.work.empty() || trace.loss_work) {
       context.report(trace.work.empty() ? "trace.loss_work" : "trace.work",

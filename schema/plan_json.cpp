@@ -208,6 +208,7 @@ ordered_json to_json(const ClassWork& work) {
   ordered_json j = ordered_json::object();
   j["flops"] = work.flops;
   j["bytes"] = work.bytes;
+  j["ops"] = work.ops;
   return j;
 }
 

@@ -363,6 +363,7 @@ class Reader {
     Fields fields(*this, value, path);
     fields.get("flops", out.flops);
     fields.get("bytes", out.bytes);
+    fields.get("ops", out.ops);
     fields.finish();
   }
 

@@ -342,7 +342,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* /*context*/) {
       const at::Tensor* output = tensor_at(outputs_of(fn), 0);
       flops = conv_flops(*frame.conv, output);
     }
-    sink->add_work(frame.classified->op_class, {flops, frame.input_bytes + output_bytes});
+    sink->add_work(frame.classified->op_class, {flops, frame.input_bytes + output_bytes, 1});
     counted = true;
   } else if (!frame.counted_below && !moves_nothing(frame.name)) {
     int64_t output_bytes = 0, elements = 0;
@@ -351,7 +351,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* /*context*/) {
       elements += tensor_elements(v);
     }
     if (output_bytes > 0) {
-      sink->add_work(OpClass::kElementwise, {elements, frame.input_bytes + output_bytes});
+      sink->add_work(OpClass::kElementwise, {elements, frame.input_bytes + output_bytes, 1});
       counted = true;
     }
   }

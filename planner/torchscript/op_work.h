@@ -33,15 +33,11 @@ inline OpWork& work_of(PhaseWork& phase, OpClass c) {
 }
 
 inline void add_work(PhaseWork& phase, OpClass c, OpWork work) {
-  work_of(phase, c).flops += work.flops;
-  work_of(phase, c).bytes += work.bytes;
+  work_of(phase, c) += work;
 }
 
 inline void add_work(PhaseWork& phase, PhaseWork more) {
-  for (OpClass c :
-       {OpClass::kMatmul, OpClass::kAttention, OpClass::kElementwise, OpClass::kEmbedding}) {
-    add_work(phase, c, work_of(more, c));
-  }
+  phase += more;
 }
 
 // Receives each counted operator's work, on the thread that ran it (autograd may run backward

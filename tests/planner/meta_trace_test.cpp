@@ -108,7 +108,8 @@ TEST(MetaTrace, CountsTheBytesAndEventsOfTheCpuTraceOnEveryFixture) {
 
 // A chain of units u0, u1, u2, each `torch.mm(x, self.w)` with w [k, k], on x [b, k]: forward
 // 2bk² FLOPs per unit; backward 2bk² for w's gradient and, past u0 (whose input needs none),
-// 2bk² for x's; each mm reads its two operands and writes its product.
+// 2bk² for x's; each mm reads its two operands and writes its product, and counts as one
+// operator.
 TEST(MetaTrace, CountsTheFlopsAndBytesOfEachUnitsProducts) {
   constexpr int64_t b = 4, k = 8, f = 4;
   auto cu = std::make_shared<torch::jit::CompilationUnit>();
@@ -132,9 +133,12 @@ TEST(MetaTrace, CountsTheFlopsAndBytesOfEachUnitsProducts) {
     SCOPED_TRACE("u" + std::to_string(u));
     EXPECT_EQ(run.pre_forward_work[u].matmul.flops, 2 * b * k * k);
     EXPECT_EQ(run.pre_forward_work[u].matmul.bytes, f * (b * k + k * k + b * k));
+    EXPECT_EQ(run.pre_forward_work[u].matmul.ops, 1);
     EXPECT_EQ(run.post_forward_work[u].matmul.flops, 0);
+    EXPECT_EQ(run.post_forward_work[u].matmul.ops, 0);
     const int64_t products = u == 0 ? 1 : 2;
     EXPECT_EQ(run.backward_work[u].matmul.flops, products * 2 * b * k * k);
+    EXPECT_EQ(run.backward_work[u].matmul.ops, products);
     EXPECT_EQ(run.pre_forward_work[u].attention.flops + run.backward_work[u].attention.flops, 0);
   }
   // The loss (cross-entropy of [4, 8] logits) and its backward: no products, some bytes.

@@ -195,7 +195,7 @@ TEST(PlanCheck, APredictionNeedsATraceAndTimesThatAddUp) {
   plan.prediction = p;
   EXPECT_EQ(check(plan),
             (Lines{"prediction: is present without a trace; a step is predicted from the unit "
-                   "times a trace measures",
+                   "times or work a trace records",
                    "prediction.optimizer: is 'lamb', expected ['sgd', 'adam', 'adamw']",
                    "prediction.step_ms: is not compute_ms + exposed_comm_ms + contention_ms "
                    "(12.000 ms)"}));
@@ -238,6 +238,18 @@ TEST(PlanCheck, AMetaTraceHasWorkForEveryUnitAndNoTimes) {
                        "' and every later unit of forward_order"}));
 }
 
+TEST(PlanCheck, WorkCountsAreNotNegativeAndComeFromSomeOperator) {
+  Plan plan = sample_plan();
+  plan.trace = meta_trace(plan);
+  plan.trace->work[0].pre_forward.matmul = {4096, 512, 2};
+  plan.trace->work[0].backward.elementwise = {64, 256, 0};
+  plan.trace->loss_work->embedding = {0, -8, 1};
+  EXPECT_EQ(check(plan),
+            (Lines{"trace.loss_work.embedding: has a negative count",
+                   "trace.work[0].backward.elementwise.ops: is 0 beside FLOPs or bytes: some "
+                   "operator did them"}));
+}
+
 TEST(PlanCheck, OnlyAMetaTraceHasWorkAndNeitherCanBeOfAnotherDevice) {
   Plan plan = sample_plan();
   plan.trace = meta_trace(plan);
@@ -245,20 +257,25 @@ TEST(PlanCheck, OnlyAMetaTraceHasWorkAndNeitherCanBeOfAnotherDevice) {
   EXPECT_EQ(check(plan).front(),
             "trace.device: is 'cuda', expected 'meta' (a CPU trace has no device field)");
   plan.trace->device.reset();
-  for (const std::string& unit : plan.forward_order) plan.trace->times.push_back({unit, 1, 1});
+  for (const std::string& unit : plan.forward_order)
+    plan.trace->times.push_back({unit, 1, 1, {}, {}});
   EXPECT_EQ(check(plan), (Lines{"trace.work: is present in a CPU trace; only a shape-only trace "
                                 "(device 'meta') counts work"}));
 }
 
-TEST(PlanCheck, APredictionCannotComeFromAMetaTrace) {
+// A shape-only trace's work is predicted at a profile's compute rates; only a plan without any
+// trace has nothing to predict from.
+TEST(PlanCheck, APredictionComesFromATraceMetaOrNot) {
   Plan plan = sample_plan();
   plan.trace = meta_trace(plan);
   StepPrediction p;
-  p.profile = "probe";
+  p.profile = "h100-nvlink";
   p.optimizer = "adamw";
   plan.prediction = p;
-  EXPECT_EQ(check(plan), (Lines{"prediction: is present with a shape-only trace (device "
-                                "'meta'), which has no unit times to predict from"}));
+  EXPECT_EQ(check(plan), Lines{});
+  plan.trace.reset();
+  EXPECT_EQ(check(plan), (Lines{"prediction: is present without a trace; a step is predicted "
+                                "from the unit times or work a trace records"}));
 }
 
 }  // namespace

@@ -229,12 +229,12 @@ TEST_F(PlanSchema, AcceptsAMetaTraceAndRejectsBadWork) {
   plan.trace->device = "meta";
   for (const std::string& unit : plan.forward_order) {
     UnitWork w{unit, {}, {}, {}};
-    w.pre_forward.matmul = {2048, 96};
-    w.backward.embedding = {0, 64};
+    w.pre_forward.matmul = {2048, 96, 2};
+    w.backward.embedding = {0, 64, 1};
     plan.trace->work.push_back(w);
   }
   plan.trace->loss_work = Work{};
-  plan.trace->loss_work->elementwise = {10, 80};
+  plan.trace->loss_work->elementwise = {10, 80, 3};
   const std::string text = dump_plan(plan);
   const json doc = json::parse(text);
   EXPECT_EQ(violations(doc), std::vector<std::string>{});
@@ -246,7 +246,10 @@ TEST_F(PlanSchema, AcceptsAMetaTraceAndRejectsBadWork) {
   bad["trace"]["work"][0]["pre_forward"]["matmul"]["flops"] = -1;
   EXPECT_FALSE(valid(bad));
   bad = doc;
-  bad["trace"]["loss_work"]["conv"] = {{"flops", 0}, {"bytes", 0}};
+  bad["trace"]["loss_work"]["conv"] = {{"flops", 0}, {"bytes", 0}, {"ops", 0}};
+  EXPECT_FALSE(valid(bad));
+  bad = doc;
+  bad["trace"]["loss_work"]["elementwise"].erase("ops");
   EXPECT_FALSE(valid(bad));
 }
 

@@ -228,10 +228,16 @@ planner::TraceDevice trace_device_of(const CLI::App& cmd, const PlanFlags& flags
     }
   }
   if (!flags.prediction.profile.empty()) {
-    fail(ExitCode::kUsage,
-         "--profile predicts the step from the unit times of a CPU trace, and a meta trace "
-         "(--trace-device meta) has none; trace on the CPU to predict (docs/predict.md), or "
-         "drop --profile to plan with the meta trace's memory");
+    const predict::Profile profile = predict::load_profile(flags.prediction.profile);
+    if (!profile.compute.rates) {
+      fail(ExitCode::kUsage,
+           "--profile " + flags.prediction.profile +
+               " has no compute rates (compute.rates) to time a meta trace's work, which has no "
+               "times: use a built-in GPU profile (" +
+               predict::builtin_profile_list() +
+               "), add rates to it (docs/predict.md#analytic-compute), trace on the CPU, or drop "
+               "--profile to plan with the meta trace's memory");
+    }
   }
   return planner::TraceDevice::kMeta;
 }
@@ -255,16 +261,17 @@ schema::Plan search_plans_and_choose(const PlanFlags& flags, const CLI::App& cmd
          "--optimize without --trace-input chooses by memory alone and needs --memory-budget "
          "SIZE; or give --trace-input SHAPE and --profile P to predict each plan's step");
   }
-  if (meta && flags.optimize && !in.memory_budget) {
+  if (meta && flags.optimize && !in.memory_budget && flags.prediction.profile.empty()) {
     fail(ExitCode::kUsage,
-         "--optimize with a meta trace (--trace-device meta) chooses by memory, activations "
-         "included, and collectives, and needs --memory-budget SIZE");
+         "--optimize with a meta trace (--trace-device meta) and no --profile chooses by "
+         "memory, activations included, and collectives, and needs --memory-budget SIZE; or "
+         "give --profile NAME to predict each plan at its compute rates");
   }
   if (!trace_inputs.empty() && !meta && flags.prediction.profile.empty()) {
     fail(ExitCode::kUsage, std::string(flags.optimize ? "--optimize" : "--sweep") +
                                " needs --profile FILE|NAME to predict the traced plans: a file "
-                               "from mfsdp probe, or a built-in (h100-nvlink, h200-nvlink, "
-                               "ib-400g)");
+                               "from mfsdp probe, or a built-in (" +
+                               predict::builtin_profile_list() + ")");
   }
   in.model = &model;
   in.model_path = flags.model;

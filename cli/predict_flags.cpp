@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "cli/whole_number.h"
+#include "predict/profile.h"
 #include "schema/error.h"
 #include "schema/optimizer.h"
 
@@ -11,8 +12,8 @@ namespace mfsdp::cli {
 
 void add_predict_flags(CLI::App& cmd, PredictFlags& flags, const std::string& when) {
   cmd.add_option("--profile", flags.profile,
-                 "Machine profile: a file from mfsdp probe, or h100-nvlink, h200-nvlink, ib-400g "
-                 "(docs/predict.md)")
+                 "Machine profile: a file from mfsdp probe, or a built-in: " +
+                     predict::builtin_profile_list() + " (docs/predict.md)")
       ->type_name("FILE|NAME");
   cmd.add_option("--microbatches", flags.microbatches,
                  when + "microbatches per step (default: the plan's training defaults, else 1)")

@@ -108,8 +108,8 @@ void check_predict_flags(const CLI::App& cmd, const ShowFlags& flags) {
   }
   if (flags.predict && flags.prediction.profile.empty()) {
     fail(ExitCode::kUsage,
-         "--predict needs --profile FILE|NAME: a file from mfsdp probe, or a built-in "
-         "(h100-nvlink, h200-nvlink, ib-400g; docs/predict.md#profiles)");
+         "--predict needs --profile FILE|NAME: a file from mfsdp probe, or a built-in (" +
+             predict::builtin_profile_list() + "; docs/predict.md#profiles)");
   }
   if (!flags.calibrate_path.empty() && flags.metrics_path.empty()) {
     fail(ExitCode::kUsage,

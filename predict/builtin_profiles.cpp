@@ -1,5 +1,6 @@
 // The built-in profiles (docs/predict.md#built-in-profiles): GPU clusters described from
 // published figures, every number derived in that section.
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
@@ -41,22 +42,57 @@ std::map<std::string, double> optimizer_from_bandwidth(double memory_gbps, doubl
   return ns;
 }
 
-Profile nvlink_node(const std::string& name, const std::string& gpu, double memory_gbps) {
+// One GPU's datasheet figures (dense, no sparsity): the products' peaks per dtype and HBM
+// bandwidth (docs/predict.md#analytic-compute cites each).
+struct Gpu {
+  const char* name;
+  double bf16_tflops, fp32_tflops, memory_gbps;
+};
+constexpr Gpu kA100{"NVIDIA A100 SXM 80GB", 312, 19.5, 2039};
+constexpr Gpu kH100{"NVIDIA H100 SXM", 989.4, 66.9, 3350};
+constexpr Gpu kH200{"NVIDIA H200 SXM", 989.4, 66.9, 4800};
+constexpr Gpu kB200{"NVIDIA B200 (HGX, 1000 W)", 2250, 80, 8000};
+
+// One set of efficiencies and fixed times for every GPU (docs/predict.md#analytic-compute says
+// why each). A fixed time the same on every GPU makes the size at which an operator reaches
+// half its peak efficiency grow with the peak, as it does: a faster GPU needs larger products.
+ComputeRates rates_of(const Gpu& gpu) {
+  ComputeRates r;
+  r.tflops = {
+      {"bfloat16", gpu.bf16_tflops}, {"float16", gpu.bf16_tflops}, {"float32", gpu.fp32_tflops}};
+  r.memory_gbps = gpu.memory_gbps;
+  r.matmul = {0.75, 10};
+  r.attention = {0.45, 15};
+  r.elementwise = {0.8, 3};
+  r.embedding = {0.5, 5};
+  return r;
+}
+
+// 8 GPUs in one node over NVLink / NVSwitch: NCCL's bus bandwidth at 80 % of the link's
+// bandwidth each way.
+Profile nvlink_node(const std::string& name, const Gpu& gpu, const std::string& link,
+                    double link_gbps) {
   Profile p;
   p.name = name;
-  p.description = "8x " + gpu +
-                  " in one node over NVLink 4 / NVSwitch (450 GB/s each way per GPU), NCCL: bus "
-                  "bandwidth 360 GB/s (80% of the link), latency 15 us (all-reduce 20 us); "
-                  "published figures, not a measurement: calibrate with mfsdp probe";
+  const double bus = 0.8 * link_gbps;
+  char figures[160];
+  std::snprintf(figures, sizeof figures,
+                " (%.0f GB/s each way per GPU), NCCL: bus bandwidth %.0f GB/s (80%% of the link), ",
+                link_gbps, bus);
+  p.description = "8x " + std::string(gpu.name) + " in one node over " + link + figures +
+                  "latency 15 us (all-reduce 20 us); compute from the datasheet's dense peaks "
+                  "at assumed efficiencies; published figures, not a measurement: calibrate "
+                  "with mfsdp probe";
   p.backend = "nccl";
-  p.device = gpu;
+  p.device = gpu.name;
   for (int64_t world : {2, 4, 8}) {
-    p.collectives.push_back(ring_collective("all_gather", world, 360, 15));
-    p.collectives.push_back(ring_collective("reduce_scatter", world, 360, 15));
-    p.collectives.push_back(ring_collective("all_reduce", world, 360, 20));
+    p.collectives.push_back(ring_collective("all_gather", world, bus, 15));
+    p.collectives.push_back(ring_collective("reduce_scatter", world, bus, 15));
+    p.collectives.push_back(ring_collective("all_reduce", world, bus, 20));
   }
-  p.compute.optimizer_ns_per_element = optimizer_from_bandwidth(memory_gbps, 0.5);
+  p.compute.optimizer_ns_per_element = optimizer_from_bandwidth(gpu.memory_gbps, 0.5);
   p.compute.contention = kNcclContention;
+  p.compute.rates = rates_of(gpu);
   return p;
 }
 
@@ -76,20 +112,29 @@ Profile infiniband_400() {
     p.collectives.push_back(ring_collective("reduce_scatter", world, 40, latency));
     p.collectives.push_back(ring_collective("all_reduce", world, 40, 2 * latency));
   }
-  p.compute.optimizer_ns_per_element = optimizer_from_bandwidth(3350, 0.5);
+  p.compute.optimizer_ns_per_element = optimizer_from_bandwidth(kH100.memory_gbps, 0.5);
   p.compute.contention = kNcclContention;
+  p.compute.rates = rates_of(kH100);
   return p;
 }
 
 }  // namespace
 
 std::vector<std::string> builtin_profile_names() {
-  return {"h100-nvlink", "h200-nvlink", "ib-400g"};
+  return {"a100-nvlink", "h100-nvlink", "h200-nvlink", "b200-nvlink", "ib-400g"};
+}
+
+std::string builtin_profile_list() {
+  std::string names;
+  for (const std::string& n : builtin_profile_names()) names += (names.empty() ? "" : ", ") + n;
+  return names;
 }
 
 std::optional<Profile> builtin_profile(const std::string& name) {
-  if (name == "h100-nvlink") return nvlink_node(name, "NVIDIA H100 SXM", 3350);
-  if (name == "h200-nvlink") return nvlink_node(name, "NVIDIA H200 SXM", 4800);
+  if (name == "a100-nvlink") return nvlink_node(name, kA100, "NVLink 3 / NVSwitch", 300);
+  if (name == "h100-nvlink") return nvlink_node(name, kH100, "NVLink 4 / NVSwitch", 450);
+  if (name == "h200-nvlink") return nvlink_node(name, kH200, "NVLink 4 / NVSwitch", 450);
+  if (name == "b200-nvlink") return nvlink_node(name, kB200, "NVLink 5 / NVSwitch", 900);
   if (name == "ib-400g") return infiniband_400();
   return std::nullopt;
 }

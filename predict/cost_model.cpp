@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <set>
 #include <sstream>
 
 #include "schema/error.h"
@@ -15,6 +16,8 @@ using schema::Plan;
 using schema::Trace;
 using schema::Unit;
 using schema::UnitTime;
+using schema::UnitWork;
+using schema::Work;
 namespace {
 
 std::string number_text(double value) {
@@ -22,6 +25,74 @@ std::string number_text(double value) {
   out.precision(3);
   out << value;
   return out.str();
+}
+
+// The trace ran the plan's checkpointed units checkpointed, so their backward holds their
+// recompute; the replay pays a recompute of its own at pre_backward (a checkpointed unit holds
+// no other unit, so its recompute is its own forward).
+std::set<std::string> checkpointed_units(const Plan& plan) {
+  std::set<std::string> units;
+  for (const Unit& unit : plan.units) {
+    if (unit.checkpoint) units.insert(unit.name);
+  }
+  return units;
+}
+
+// A CPU trace's times, scaled.
+void time_costs(const Plan& plan, CostModel& model) {
+  const Trace& trace = *plan.trace;
+  StepCosts& costs = model.costs;
+  const std::set<std::string> checkpointed = checkpointed_units(plan);
+  const double us = 1000 * model.compute_scale;
+  for (const UnitTime& t : trace.times) {
+    costs.forward_us[t.unit] = *t.pre_forward_ms * us;
+    costs.post_forward_us[t.unit] = *t.post_forward_ms * us;
+    costs.recompute_us[t.unit] = t.forward_ms * us;
+    const double recomputed = checkpointed.count(t.unit) ? t.forward_ms : 0;
+    costs.backward_us[t.unit] = std::max(0.0, t.backward_ms - recomputed) * us;
+  }
+  if (trace.loss_ms) {
+    costs.loss_us = *trace.loss_ms * us;
+  } else {
+    model.notes.push_back("compute: the loss is not counted (the trace has no loss_ms)");
+  }
+}
+
+// `work` less `less`, class by class, never below 0.
+Work without(Work work, const Work& less) {
+  for (auto [from, minus] : {std::pair{&work.matmul, &less.matmul},
+                             {&work.attention, &less.attention},
+                             {&work.elementwise, &less.elementwise},
+                             {&work.embedding, &less.embedding}}) {
+    from->flops = std::max<int64_t>(0, from->flops - minus->flops);
+    from->bytes = std::max<int64_t>(0, from->bytes - minus->bytes);
+    from->ops = std::max<int64_t>(0, from->ops - minus->ops);
+  }
+  return work;
+}
+
+// A meta trace's work, timed at the profile's rates. Its FLOPs and bytes grow with the
+// microbatch, its operators do not.
+void work_costs(const Plan& plan, const ComputeRates& rates, CostModel& model) {
+  const Trace& trace = *plan.trace;
+  StepCosts& costs = model.costs;
+  const std::string dtype = compute_dtype(plan);
+  const double samples =
+      static_cast<double>(model.microbatch_samples) / static_cast<double>(model.traced_batch);
+  const std::set<std::string> checkpointed = checkpointed_units(plan);
+  const auto us = [&](const Work& work) {
+    return work_us(work, rates, dtype, samples) * model.calibration;
+  };
+  for (const UnitWork& w : trace.work) {
+    Work forward = w.pre_forward;
+    forward += w.post_forward;
+    costs.forward_us[w.unit] = us(w.pre_forward);
+    costs.post_forward_us[w.unit] = us(w.post_forward);
+    costs.recompute_us[w.unit] = us(forward);
+    costs.backward_us[w.unit] =
+        us(checkpointed.count(w.unit) ? without(w.backward, forward) : w.backward);
+  }
+  if (trace.loss_work) costs.loss_us = us(*trace.loss_work);
 }
 
 }  // namespace
@@ -45,12 +116,16 @@ CostModel step_costs(const Plan& plan, const Profile& profile, const PredictOpti
          "--trace-input SHAPE` measures (docs/predict.md); its memory is in the plan already");
   }
   const Trace& trace = *plan.trace;
-  if (trace.device) {
+  const bool meta = trace.device.has_value();
+  if (meta && !profile.compute.rates) {
     fail(ExitCode::kUsage,
          "the plan's trace ran on " + *trace.device +
-             " tensors (--trace-device meta): it has the units' activations and work but no "
-             "times, and predicting a step replays unit times; re-plan with --trace-input on "
-             "the CPU (docs/predict.md#what-it-leaves-out)");
+             " tensors (--trace-device meta): it has the units' work but no times, and profile '" +
+             profile.name +
+             "' has no compute rates to time it (compute.rates); use a built-in GPU profile (" +
+             builtin_profile_list() +
+             "), add rates to the profile, or re-plan with --trace-input on the CPU "
+             "(docs/predict.md#analytic-compute)");
   }
   for (const UnitTime& t : trace.times) {
     if (!t.pre_forward_ms || !t.post_forward_ms) {
@@ -75,7 +150,15 @@ CostModel step_costs(const Plan& plan, const Profile& profile, const PredictOpti
   CostModel model;
   model.traced_batch = traced_batch(trace);
   model.microbatch_samples = options.microbatch_samples.value_or(model.traced_batch);
-  if (options.compute_scale) {
+  if (meta) {
+    model.calibration = options.compute_scale.value_or(1);
+    model.notes.push_back("compute: the trace's work at the rates of profile '" + profile.name +
+                          "' (" + rates_summary(*profile.compute.rates, compute_dtype(plan)) +
+                          "; docs/predict.md#analytic-compute)" +
+                          (options.compute_scale
+                               ? ", x " + number_text(model.calibration) + " (--compute-scale)"
+                               : std::string()));
+  } else if (options.compute_scale) {
     model.calibration = *options.compute_scale;
     model.notes.push_back("compute: the trace's times x " + number_text(model.calibration) +
                           " (--compute-scale)");
@@ -102,23 +185,18 @@ CostModel step_costs(const Plan& plan, const Profile& profile, const PredictOpti
   model.compute_scale = model.calibration * static_cast<double>(model.microbatch_samples) /
                         static_cast<double>(model.traced_batch);
   if (model.microbatch_samples != model.traced_batch) {
-    model.notes.push_back("compute: scaled linearly from the traced batch of " +
-                          std::to_string(model.traced_batch) + " to microbatches of " +
-                          std::to_string(model.microbatch_samples));
+    model.notes.push_back(
+        std::string(meta ? "compute: the work's FLOPs and bytes (not its operators)"
+                         : "compute: scaled linearly") +
+        " from the traced batch of " + std::to_string(model.traced_batch) + " to microbatches of " +
+        std::to_string(model.microbatch_samples));
   }
 
   StepCosts& costs = model.costs;
-  const double us = 1000 * model.compute_scale;
-  for (const UnitTime& t : trace.times) {
-    costs.forward_us[t.unit] = *t.pre_forward_ms * us;
-    costs.post_forward_us[t.unit] = *t.post_forward_ms * us;
-    costs.backward_us[t.unit] = t.backward_ms * us;
-    costs.recompute_us[t.unit] = t.forward_ms * us;
-  }
-  if (trace.loss_ms) {
-    costs.loss_us = *trace.loss_ms * us;
+  if (meta) {
+    work_costs(plan, *profile.compute.rates, model);
   } else {
-    model.notes.push_back("compute: the loss is not counted (the trace has no loss_ms)");
+    time_costs(plan, model);
   }
 
   std::string note;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "predict/profile_fields.h"
 #include "predict/ring_model.h"
 #include "schema/error.h"
 #include "schema/json_text.h"
@@ -18,6 +19,8 @@ namespace {
 
 using nlohmann::json;
 using nlohmann::ordered_json;
+using profile_json::bad;
+using profile_json::Fields;
 using schema::parse_json_text;
 
 const char* const kKinds[] = {"all_gather", "reduce_scatter", "all_reduce"};
@@ -25,60 +28,6 @@ const char* const kKinds[] = {"all_gather", "reduce_scatter", "all_reduce"};
 bool known_kind(const std::string& kind) {
   return std::find(std::begin(kKinds), std::end(kKinds), kind) != std::end(kKinds);
 }
-
-[[noreturn]] void bad(const std::string& where, const std::string& what) {
-  fail(ExitCode::kUsage, "profile: " + where + ": " + what);
-}
-
-// A JSON object read field by field; finish() refuses fields nobody asked for.
-class Fields {
- public:
-  Fields(const json& value, std::string where) : value_(value), where_(std::move(where)) {
-    if (!value.is_object()) bad(where_, "must be an object");
-  }
-
-  const json* find(const std::string& key) {
-    seen_.insert(key);
-    const auto it = value_.find(key);
-    return it == value_.end() ? nullptr : &*it;
-  }
-  const json& need(const std::string& key) {
-    const json* v = find(key);
-    if (v == nullptr) bad(at(key), "is missing");
-    return *v;
-  }
-  std::string text(const std::string& key) {
-    const json& v = need(key);
-    if (!v.is_string()) bad(at(key), "must be a string");
-    return v.get<std::string>();
-  }
-  double number(const json& v, const std::string& where) {
-    if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>())) {
-      bad(where, "must be a finite number >= 0");
-    }
-    return v.get<double>();
-  }
-  double number(const std::string& key) { return number(need(key), at(key)); }
-  int64_t whole(const std::string& key, int64_t minimum) {
-    const json& v = need(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < minimum) {
-      bad(at(key), "must be a whole number >= " + std::to_string(minimum));
-    }
-    return v.get<int64_t>();
-  }
-  std::string at(const std::string& key) const { return where_.empty() ? key : where_ + "." + key; }
-
-  void finish() const {
-    for (auto it = value_.begin(); it != value_.end(); ++it) {
-      if (!seen_.count(it.key())) bad(at(it.key()), "is not a profile field");
-    }
-  }
-
- private:
-  const json& value_;
-  std::string where_;
-  std::set<std::string> seen_;
-};
 
 CollectiveProfile read_collective(const json& value, const std::string& where) {
   Fields f(value, where);
@@ -130,6 +79,7 @@ ComputeProfile read_compute(const json& value) {
     c.run_factor = f.number(*factor, f.at("run_factor"));
     if (*c.run_factor <= 0) bad(f.at("run_factor"), "must be > 0");
   }
+  if (const json* rates = f.find("rates")) c.rates = read_rates(*rates, f.at("rates"));
   f.finish();
   return c;
 }
@@ -255,6 +205,7 @@ ordered_json profile_to_json(const Profile& profile) {
   }
   if (profile.compute.contention) compute["contention"] = *profile.compute.contention;
   if (profile.compute.run_factor) compute["run_factor"] = *profile.compute.run_factor;
+  if (profile.compute.rates) compute["rates"] = rates_to_json(*profile.compute.rates);
   j["compute"] = compute;
   if (profile.calibration) {
     const ProfileCalibration& c = *profile.calibration;
@@ -329,11 +280,9 @@ Profile load_profile(const std::string& file_or_name) {
   if (std::optional<Profile> builtin = builtin_profile(file_or_name)) return *builtin;
   std::ifstream in(file_or_name, std::ios::binary);
   if (!in) {
-    std::string names;
-    for (const std::string& n : builtin_profile_names()) names += (names.empty() ? "" : ", ") + n;
     fail(ExitCode::kUsage, "--profile " + file_or_name +
-                               ": neither a profile file nor a built-in profile (" + names +
-                               "); make one with mfsdp probe");
+                               ": neither a profile file nor a built-in profile (" +
+                               builtin_profile_list() + "); make one with mfsdp probe");
   }
   std::stringstream text;
   text << in.rdbuf();

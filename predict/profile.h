@@ -13,6 +13,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "predict/compute_rates.h"
 #include "predict/simulate.h"
 
 namespace mfsdp::predict {
@@ -49,6 +50,9 @@ struct ComputeProfile {
   // A run's compute over what the prediction gave it, as `mfsdp show --calibrate` fitted it
   // (docs/predict.md#calibrating-against-a-run): multiplies every traced compute time.
   std::optional<double> run_factor;
+  // An analytic device (predict/compute_rates.h): what times a shape-only trace's work. A
+  // CPU trace's measured times are used where the plan has them.
+  std::optional<ComputeRates> rates;
 };
 
 // Where a calibrated profile's factors come from (`mfsdp show --calibrate`): the run's plan
@@ -97,6 +101,7 @@ std::string profile_text(const Profile& profile);  // JSON, 2-space indent, fina
 
 // The built-in profiles' names, and one by name (none for an unknown name).
 std::vector<std::string> builtin_profile_names();
+std::string builtin_profile_list();  // "a100-nvlink, h100-nvlink, ..."
 std::optional<Profile> builtin_profile(const std::string& name);
 
 // `--profile FILE|NAME`: a built-in's name, else a profile file. Error(kUsage) naming the

@@ -105,9 +105,11 @@ int64_t traced_samples(const schema::Plan& plan) {
 SearchResult search_plans(const SearchInput& in) {
   SearchResult result;
   // A meta trace weighs activations (so checkpointing and merging are choices) but times
-  // nothing: its plans are ranked by memory and collectives, as without a trace.
+  // nothing: its plans are predicted at the profile's compute rates when it has them, else
+  // ranked by memory and collectives, as without a trace.
   const bool traced = !in.trace_inputs.empty();
-  result.predicted = traced && in.trace_device == planner::TraceDevice::kCpu;
+  result.predicted = traced && (in.trace_device == planner::TraceDevice::kCpu ||
+                                (in.profile && in.profile->compute.rates));
   result.activations = traced;
   int blocks = -1;
   const std::vector<UnitChoice> choices =

@@ -30,10 +30,11 @@ struct SearchInput {
   UnitChoice yours;       // the user's units; search_plans adds the others
   std::vector<planner::TraceInput> trace_inputs;  // none: by memory alone (no profile then)
   int trace_repeats = planner::kAutoTimedSteps;
-  // kMeta: each choice's trace runs on meta tensors (no times, no profile): plans are weighed
-  // by memory, their traced activations included, and collectives.
+  // kMeta: each choice's trace runs on meta tensors (no times): plans are predicted from their
+  // work at the profile's compute rates, or without a profile that has them, weighed by memory,
+  // their traced activations included, and collectives.
   planner::TraceDevice trace_device = planner::TraceDevice::kCpu;
-  std::optional<predict::Profile> profile;  // with a CPU trace
+  std::optional<predict::Profile> profile;  // with a trace
   predict::PredictRequest predict;  // microbatches, microbatch size, optimizer, compute scale
   std::optional<int64_t> memory_budget;
   std::optional<schema::Training> training;  // every plan's: its defaults feed the prediction

@@ -476,6 +476,61 @@ TEST(PlanCli, OptimizeOnAMetaTraceCountsEachChoicesActivations) {
   EXPECT_TRUE(checkpointed);
 }
 
+// With a GPU profile a meta trace's work is timed at its compute rates: the plan records the
+// step `mfsdp show --predict` gives, a larger microbatch costs more but less than in
+// proportion (each operator's fixed time stays), and --optimize needs no budget to rank plans.
+TEST(PlanCli, AMetaTraceWithAGpuProfilePredictsTheStep) {
+  const std::string out = temp_path("meta_h100.plan.json");
+  const std::vector<std::string> base = {"plan",
+                                         "tests/fixtures/safetensors/tied_lm_skeleton.pt",
+                                         "--world-size",
+                                         "8",
+                                         "--unit",
+                                         "layers.*",
+                                         "--unit",
+                                         "<root>",
+                                         "--trace-input",
+                                         "4x64:int64",
+                                         "--trace-device",
+                                         "meta",
+                                         "--profile",
+                                         "h100-nvlink",
+                                         "-o",
+                                         out};
+  const auto step_of = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const RunResult r = mfsdp(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(read_file(out))["prediction"];
+  };
+  const nlohmann::json four = step_of({"-q"});
+  EXPECT_EQ(four["profile"], "h100-nvlink");
+  EXPECT_EQ(four["microbatch_samples"], 4);
+  ASSERT_GT(four["compute_ms"].get<double>(), 0);
+  const RunResult shown = mfsdp({"show", out, "--predict", "--profile", "h100-nvlink"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  char step[64];
+  std::snprintf(step, sizeof step, "step          %.2f ms", four["step_ms"].get<double>());
+  EXPECT_NE(shown.out.find(step), std::string::npos) << step << "\n" << shown.out;
+  EXPECT_NE(shown.out.find("compute: the trace's work at the rates of profile 'h100-nvlink' "
+                           "(float32 66.9 TFLOP/s, 3350 GB/s"),
+            std::string::npos)
+      << shown.out;
+
+  const nlohmann::json sixteen = step_of({"-q", "--microbatch-size", "16"});
+  EXPECT_EQ(sixteen["microbatch_samples"], 16);
+  EXPECT_GT(sixteen["compute_ms"].get<double>(), four["compute_ms"].get<double>());
+  EXPECT_LT(sixteen["compute_ms"].get<double>(), 4 * four["compute_ms"].get<double>());
+
+  std::vector<std::string> optimize = base;
+  optimize.push_back("--optimize");
+  const RunResult r = mfsdp(optimize);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("predicted step"), std::string::npos) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(read_file(out)).contains("prediction"));
+}
+
 TEST(PlanCli, AMetaTraceRefusesTheFlagsThatNeedTimes) {
   const std::vector<std::string> base = {"tests/fixtures/tied_lm.pt",
                                          "--world-size",
@@ -492,11 +547,17 @@ TEST(PlanCli, AMetaTraceRefusesTheFlagsThatNeedTimes) {
   };
   expect_clean_failure(with({"--trace-repeats", "3"}), 2,
                        "--trace-repeats is for timing the traced step, and a meta trace");
-  expect_clean_failure(with({"--profile", "h100-nvlink"}), 2,
-                       "--profile predicts the step from the unit times of a CPU trace");
+  // A profile with no compute rates, as mfsdp probe writes one on the CPU.
+  const std::string cpu_profile = temp_path("no_rates.profile.json");
+  std::ofstream(cpu_profile)
+      << R"({"schema": "mfsdp.profile/1", "name": "probe", "description": "two CPU ranks",
+                 "backend": "gloo", "device": "cpu", "collectives": [], "compute": {}})";
+  expect_clean_failure(with({"--profile", cpu_profile}), 2,
+                       "has no compute rates (compute.rates) to time a meta trace's work");
   expect_clean_failure(with({"--optimize"}), 2,
-                       "--optimize with a meta trace (--trace-device meta) chooses by memory, "
-                       "activations included, and collectives, and needs --memory-budget SIZE");
+                       "--optimize with a meta trace (--trace-device meta) and no --profile "
+                       "chooses by memory, activations included, and collectives, and needs "
+                       "--memory-budget SIZE");
   expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "--trace-input",
                         "2x16:int64", "--trace-device", "gpu"},
                        2, "--trace-device 'gpu': expected cpu or meta");

@@ -202,7 +202,8 @@ TEST(PredictCli, RefusesWhatCannotBePredictedWithOneLine) {
   refused({"show", "plans/tied_lm.plan.json", "--predict", "--profile", "h100-nvlink"},
           "the plan has no trace");
   refused({"show", traced_plan(), "--predict", "--profile", "a100"},
-          "neither a profile file nor a built-in profile (h100-nvlink, h200-nvlink, ib-400g)");
+          "neither a profile file nor a built-in profile (a100-nvlink, h100-nvlink, h200-nvlink, "
+          "b200-nvlink, ib-400g)");
   refused({"show", traced_plan(), "--predict", "--profile", profile_file(), "--compute-scale", "0"},
           "--compute-scale 0 is not a number > 0");
   refused({"diff", "plans/tied_lm.plan.json", traced_plan(), "--profile", profile_file()},

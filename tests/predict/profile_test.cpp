@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,44 @@ TEST(ProfileJson, RoundTripsEveryField) {
   EXPECT_EQ(*back.compute.contention, 0.75);
 }
 
+// compute.rates (an analytic device): read back as written; every field checked by name.
+TEST(ProfileJson, RoundTripsAndChecksComputeRates) {
+  Profile p = two_sizes();
+  ComputeRates r;
+  r.tflops = {{"bfloat16", 989.4}, {"float32", 66.9}};
+  r.memory_gbps = 3350;
+  r.matmul = {0.75, 10};
+  r.attention = {0.45, 15};
+  r.elementwise = {0.8, 3};
+  r.embedding = {0.5, 5};
+  p.compute.rates = r;
+  const nlohmann::json doc = nlohmann::json::parse(profile_text(p));
+  const Profile back = parse_profile(doc);
+  EXPECT_EQ(profile_text(back), profile_text(p));
+  ASSERT_TRUE(back.compute.rates.has_value());
+  EXPECT_EQ(back.compute.rates->tflops.at("bfloat16"), 989.4);
+  EXPECT_EQ(back.compute.rates->attention.op_us, 15);
+
+  const auto refused = [&](const char* pointer, const nlohmann::json& value, const char* what) {
+    nlohmann::json bad = doc;
+    if (value.is_null()) {
+      bad.at(nlohmann::json::json_pointer(pointer).parent_pointer())
+          .erase(nlohmann::json::json_pointer(pointer).back());
+    } else {
+      bad[nlohmann::json::json_pointer(pointer)] = value;
+    }
+    EXPECT_MFSDP_ERROR(parse_profile(bad), ExitCode::kUsage, what);
+  };
+  refused("/compute/rates/matmul/efficiency", 1.5,
+          "compute.rates.matmul.efficiency: must be in (0, 1], a share of the peak");
+  refused("/compute/rates/tflops/bfloat16", 0, "compute.rates.tflops.bfloat16: must be > 0");
+  refused("/compute/rates/tflops", nlohmann::json::object(), "compute.rates.tflops: has no dtype");
+  refused("/compute/rates/embedding", nullptr, "compute.rates.embedding: is missing");
+  refused("/compute/rates/memory_gbps", -1, "compute.rates.memory_gbps: must be a finite number");
+  refused("/compute/rates/elementwise/launch_us", 2,
+          "compute.rates.elementwise.launch_us: is not a profile field");
+}
+
 // A profile fitted to a run (`mfsdp show --calibrate`): every collective slower by one
 // factor, compute by the other, both recorded; a second calibration composes with the first.
 TEST(ProfileCalibration, ScalesTheCollectivesAndComputeAndRecordsTheFactors) {
@@ -169,8 +208,38 @@ TEST(ProfileBuiltin, EveryNameLoadsAndStatesItsSource) {
 
 TEST(ProfileBuiltin, AnUnknownNameOrFileSaysWhatExists) {
   EXPECT_MFSDP_ERROR(load_profile("/nonexistent/p.json"), ExitCode::kUsage,
-                     "neither a profile file nor a built-in profile (h100-nvlink, h200-nvlink, "
-                     "ib-400g)");
+                     "neither a profile file nor a built-in profile (a100-nvlink, h100-nvlink, "
+                     "h200-nvlink, b200-nvlink, ib-400g)");
+}
+
+// Every built-in GPU profile times a meta trace: the datasheet's dense peaks (docs/predict.md
+// cites them) at one set of efficiencies.
+TEST(ProfileBuiltin, EveryGpuProfileHasItsDatasheetsComputeRates) {
+  const std::map<std::string, std::vector<double>> sheets = {
+      // bfloat16 TFLOP/s, float32 TFLOP/s, HBM GB/s
+      {"a100-nvlink", {312, 19.5, 2039}},
+      {"h100-nvlink", {989.4, 66.9, 3350}},
+      {"h200-nvlink", {989.4, 66.9, 4800}},
+      {"b200-nvlink", {2250, 80, 8000}},
+      {"ib-400g", {989.4, 66.9, 3350}}};
+  for (const std::string& name : builtin_profile_names()) {
+    SCOPED_TRACE(name);
+    const Profile p = load_profile(name);
+    ASSERT_TRUE(p.compute.rates.has_value());
+    const std::vector<double>& sheet = sheets.at(name);
+    EXPECT_EQ(p.compute.rates->tflops.at("bfloat16"), sheet[0]);
+    EXPECT_EQ(p.compute.rates->tflops.at("float16"), sheet[0]);
+    EXPECT_EQ(p.compute.rates->tflops.at("float32"), sheet[1]);
+    EXPECT_EQ(p.compute.rates->memory_gbps, sheet[2]);
+    EXPECT_EQ(p.compute.rates->matmul.efficiency, 0.75);
+  }
+  // An 8192 x 8192 x 8192 bfloat16 product on an H100: 1.1 TFLOP at 75 % of 989.4 TFLOP/s,
+  // 1.48 ms, plus its 10 µs.
+  const ComputeRates h100 = *load_profile("h100-nvlink").compute.rates;
+  const int64_t n = 8192;
+  const schema::ClassWork product{2 * n * n * n, 3 * n * n * 2, 1};
+  EXPECT_NEAR(matmul_us(product, h100, h100.matmul, "bfloat16"),
+              10 + 2.0 * n * n * n / (0.75 * 989.4e6), 1e-6);
 }
 
 }  // namespace

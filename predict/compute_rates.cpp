@@ -7,6 +7,7 @@
 
 #include "predict/profile_fields.h"
 #include "schema/error.h"
+#include "schema/plan_rules.h"
 
 namespace mfsdp::predict {
 namespace {
@@ -73,16 +74,15 @@ double work_us(const schema::Work& work, const ComputeRates& rates, const std::s
 }
 
 std::string compute_dtype(const schema::Plan& plan) {
-  if (plan.policy.param_dtype) return *plan.policy.param_dtype;
-  std::map<std::string, int64_t> elements;
+  std::map<std::string, int64_t> elements;  // per dtype the groups compute in
   for (const schema::Unit& unit : plan.units) {
     for (const schema::Group& group : unit.groups) {
-      if (group.dtype.rfind("float", 0) == 0 || group.dtype == "bfloat16") {
-        elements[group.dtype] += group.numel;
+      if (schema::is_floating_dtype(group.dtype)) {
+        elements[schema::compute_dtype(plan.policy, group.dtype)] += group.numel;
       }
     }
   }
-  std::string most = "float32";
+  std::string most = plan.policy.param_dtype.value_or("float32");
   int64_t count = -1;
   for (const auto& [dtype, n] : elements) {
     if (n > count) {
@@ -109,16 +109,15 @@ ordered_json rates_to_json(const ComputeRates& rates) {
 ComputeRates read_rates(const json& value, const std::string& where) {
   Fields f(value, where);
   ComputeRates rates;
-  Fields peaks(f.need("tflops"), f.at("tflops"));
-  for (auto it = f.need("tflops").begin(); it != f.need("tflops").end(); ++it) {
-    const std::string at = peaks.at(it.key());
-    peaks.find(it.key());
-    const double tflops = peaks.number(it.value(), at);
+  const json& peaks = f.need("tflops");
+  if (!peaks.is_object()) bad(f.at("tflops"), "must be an object");
+  for (auto it = peaks.begin(); it != peaks.end(); ++it) {
+    const std::string at = f.at("tflops") + "." + it.key();
+    const double tflops = f.number(it.value(), at);
     if (tflops <= 0) bad(at, "must be > 0");
     rates.tflops[it.key()] = tflops;
   }
   if (rates.tflops.empty()) bad(f.at("tflops"), "has no dtype (e.g. \"bfloat16\": 989)");
-  peaks.finish();
   rates.memory_gbps = f.number("memory_gbps");
   if (rates.memory_gbps <= 0) bad(f.at("memory_gbps"), "must be > 0");
   for (const char* name : kClasses) {

@@ -43,8 +43,8 @@ double memory_us(const schema::ClassWork& work, const ComputeRates& rates, const
 double work_us(const schema::Work& work, const ComputeRates& rates, const std::string& dtype,
                double scale = 1);
 
-// The dtype a plan's products run in: policy.param_dtype, else the storage dtype of the most
-// floating parameter elements.
+// The dtype a plan's products run in: the one most floating parameter elements compute in
+// (schema::compute_dtype: policy.param_dtype, else their storage dtype).
 std::string compute_dtype(const schema::Plan& plan);
 
 // JSON (docs/predict.md#profile-format, compute.rates). Reading checks every field and throws

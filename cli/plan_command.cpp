@@ -211,6 +211,12 @@ void check_whole_model(const schema::Plan& plan) {
 
 // --trace-device, checked against the flags that need times.
 planner::TraceDevice trace_device_of(const CLI::App& cmd, const PlanFlags& flags) {
+  if (flags.fused_attention && flags.trace_device != "meta") {
+    fail(ExitCode::kUsage,
+         "--fused-attention models a GPU's attention kernel in a shape-only "
+         "trace; add --trace-device meta (a CPU trace runs attention as "
+         "LibTorch does here)");
+  }
   if (flags.trace_device.empty()) return planner::TraceDevice::kCpu;
   if (flags.trace_inputs.empty()) {
     fail(ExitCode::kUsage,
@@ -281,6 +287,7 @@ schema::Plan search_plans_and_choose(const PlanFlags& flags, const CLI::App& cmd
   in.trace_inputs = trace_inputs;
   in.trace_repeats = trace_repeats;
   in.trace_device = trace_device;
+  in.attention = flags.fused_attention ? planner::Attention::kFused : planner::Attention::kAsTraced;
   in.training = training;
   in.check_yours = check_whole_model;
   if (!flags.prediction.profile.empty()) {
@@ -443,9 +450,10 @@ void run_plan(const CLI::App& cmd, const PlanFlags& flags) {
     }
     // The threads a rank of this plan gets from mfsdp run on one node, unless told.
     planner::set_compute_threads(trace_thread_count(trace_threads, mesh));
-    scope.use_trace(planner::trace_unit_modules(flags.model, unit_paths, trace_inputs,
-                                                policy.param_dtype, checkpoint,
-                                                static_cast<int>(trace_repeats), trace_device));
+    scope.use_trace(planner::trace_unit_modules(
+        flags.model, unit_paths, trace_inputs, policy.param_dtype, checkpoint,
+        static_cast<int>(trace_repeats), trace_device,
+        flags.fused_attention ? planner::Attention::kFused : planner::Attention::kAsTraced));
   }
   write_plan(flags, training, scope.finalize());
 }

@@ -147,6 +147,11 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& flags) {
                  "skeleton too, traces in seconds; records activation memory and each unit's "
                  "FLOPs and bytes instead of times; docs/plan-format.md#work)")
       ->type_name("cpu|meta");
+  cmd.add_flag("--fused-attention", flags.fused_attention,
+               "With --trace-device meta: run scaled-dot-product attention as a GPU's fused "
+               "kernel (FlashAttention, cuDNN) does instead of LibTorch's math form: it saves "
+               "no L x S scores, skips what a causal mask hides, and recomputes the scores in "
+               "backward (docs/predict.md#fused-attention)");
   cmd.add_option("--trace-threads", flags.trace_threads,
                  "Intra-op threads of the traced step, so that its times are a rank's "
                  "(default: OMP_NUM_THREADS, else the cores shared out among --world-size "

@@ -37,6 +37,7 @@ struct PlanFlags {
   std::string trace_repeats;
   std::string trace_threads;
   std::string trace_device;
+  bool fused_attention = false;
   std::string training_file;
   bool quiet = false;
   bool json_summary = false;

@@ -22,6 +22,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include "planner/torchscript/autograd_node.h"
+#include "planner/torchscript/fused_attention.h"
 #include "planner/torchscript/host_memory.h"
 #include "planner/torchscript/instrumentation.h"
 #include "planner/torchscript/mapped_archive.h"
@@ -552,11 +553,12 @@ void move_to_meta(torch::jit::Module& model) {
 TracedRun trace_units(const std::string& model_path, const std::vector<std::string>& unit_paths,
                       const std::vector<TraceInput>& inputs,
                       const std::optional<std::string>& param_dtype,
-                      const std::vector<bool>& checkpointed, int timed_steps, TraceDevice device) {
+                      const std::vector<bool>& checkpointed, int timed_steps, TraceDevice device,
+                      Attention attention) {
   std::vector<std::vector<std::string>> unit_modules;
   for (const std::string& path : unit_paths) unit_modules.push_back({path});
   return trace_unit_modules(model_path, unit_modules, inputs, param_dtype, checkpointed,
-                            timed_steps, device);
+                            timed_steps, device, attention);
 }
 
 TracedRun trace_unit_modules(const std::string& model_path,
@@ -564,8 +566,14 @@ TracedRun trace_unit_modules(const std::string& model_path,
                              const std::vector<TraceInput>& inputs,
                              const std::optional<std::string>& param_dtype,
                              const std::vector<bool>& checkpointed, int timed_steps,
-                             TraceDevice device) {
+                             TraceDevice device, Attention attention) {
   const bool meta = device == TraceDevice::kMeta;
+  if (attention == Attention::kFused && !meta) {
+    fail(ExitCode::kUsage,
+         "--fused-attention models a GPU's attention kernel in a shape-only "
+         "trace; add --trace-device meta (a CPU trace runs attention as "
+         "LibTorch does here)");
+  }
   host_memory::install();  // before the step's tensors, so that they are counted
   if (meta) {
     host_memory::install_meta();
@@ -665,10 +673,20 @@ TracedRun trace_unit_modules(const std::string& model_path,
   {
     std::optional<CountingOps> counting;
     if (meta) counting.emplace(tracer);
+    std::optional<FusedAttention> fused;
+    if (attention == Attention::kFused) fused.emplace();
     step(tracer, gradients, output_bytes, run_loss);
+    if (fused && fused->calls() == 0) {
+      fail(ExitCode::kUsage, "--fused-attention: " + model_path +
+                                 "'s traced step calls no scaled-dot-product attention (its "
+                                 "attention, if any, is written out in products and a "
+                                 "softmax), so there is nothing to fuse; drop the flag, or "
+                                 "call F.scaled_dot_product_attention in the model");
+    }
   }
   TracedRun run = tracer.take();
   run.device = device;
+  run.attention = attention;
   run.inputs = specs;
   run.units = unit_paths;
   run.checkpointed = checkpoints;

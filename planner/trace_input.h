@@ -22,6 +22,11 @@ namespace mfsdp::planner {
 enum class TraceDevice { kCpu, kMeta };
 const char* trace_device_name(TraceDevice device);  // "cpu", "meta"
 
+// How a meta trace runs scaled-dot-product attention. kAsTraced: as LibTorch does here (its
+// math form, the scores saved). kFused: as a GPU's fused kernel does (fused_attention.h):
+// what `mfsdp plan --fused-attention` asks for, meta traces only.
+enum class Attention { kAsTraced, kFused };
+
 // One example input: a tensor of `shape` and `dtype` (a schema dtype name).
 struct TraceInput {
   std::string spec;  // as given, e.g. "2x64:int64"
@@ -100,6 +105,7 @@ struct TracedRun {
   // segment ran, split as the times are (pre_forward_ms, post_forward_ms, backward_ms), and
   // loss_work from forward's end to the first pre_backward (the loss, and its backward).
   TraceDevice device = TraceDevice::kCpu;
+  Attention attention = Attention::kAsTraced;
   std::vector<PhaseWork> pre_forward_work, post_forward_work, backward_work;
   PhaseWork loss_work;
 };
@@ -126,7 +132,8 @@ struct TracedRun {
 // `device` kMeta runs the one step on meta tensors instead (TracedRun::device): the model's
 // tensors become meta tensors of their shapes (a skeleton traces too), the inputs are meta
 // tensors, `timed_steps` is ignored, and an operator this LibTorch has no meta kernel for
-// fails with Error(kModel) naming it and the CPU trace as the way out.
+// fails with Error(kModel) naming it and the CPU trace as the way out. `attention` kFused
+// (meta only, else Error(kUsage)) runs attention as a fused GPU kernel does.
 inline constexpr int kAutoTimedSteps = 0;
 inline constexpr int kAutoMinSteps = 3, kAutoMaxSteps = 50;
 inline constexpr double kAutoSeconds = 0.5;
@@ -135,7 +142,8 @@ TracedRun trace_units(const std::string& model_path, const std::vector<std::stri
                       const std::vector<TraceInput>& inputs,
                       const std::optional<std::string>& param_dtype = std::nullopt,
                       const std::vector<bool>& checkpointed = {}, int timed_steps = 1,
-                      TraceDevice device = TraceDevice::kCpu);
+                      TraceDevice device = TraceDevice::kCpu,
+                      Attention attention = Attention::kAsTraced);
 // The same for units of one or more modules: unit i is made of the modules at
 // `unit_modules[i]` (instrument_unit_modules), and the run's `units` are these lists.
 TracedRun trace_unit_modules(const std::string& model_path,
@@ -143,6 +151,7 @@ TracedRun trace_unit_modules(const std::string& model_path,
                              const std::vector<TraceInput>& inputs,
                              const std::optional<std::string>& param_dtype = std::nullopt,
                              const std::vector<bool>& checkpointed = {}, int timed_steps = 1,
-                             TraceDevice device = TraceDevice::kCpu);
+                             TraceDevice device = TraceDevice::kCpu,
+                             Attention attention = Attention::kAsTraced);
 
 }  // namespace mfsdp::planner

@@ -340,6 +340,7 @@ schema::Trace trace_section(const PlanIR& ir, const std::vector<int64_t>& static
   if (ir.backward_order != static_backward) trace.differs_from_static.push_back("backward_order");
   if (run.device == TraceDevice::kMeta) {  // shapes and work, no times
     trace.device = trace_device_name(run.device);
+    if (run.attention == Attention::kFused) trace.attention = "fused";
     for (int u : ir.forward_order) {
       trace.work.push_back({ir.units[u].name, run.pre_forward_work[u], run.post_forward_work[u],
                             run.backward_work[u]});

@@ -266,6 +266,9 @@ struct Trace {
   // has the work instead: per unit of forward_order, in that order, and loss_work, from
   // forward's end to the first pre_backward.
   std::optional<std::string> device;
+  // "fused" when the meta trace ran attention as a GPU's fused kernel does
+  // (`--fused-attention`); none: as LibTorch ran it.
+  std::optional<std::string> attention;
   std::vector<UnitWork> work;
   std::optional<Work> loss_work;
 };

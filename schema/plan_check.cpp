@@ -336,6 +336,16 @@ void check_trace(Context& context) {
     context.report("trace.device", "is " + quote(*trace.device) +
                                        ", expected 'meta' (a CPU trace has no device field)");
   }
+  if (trace.attention && *trace.attention != "fused") {
+    context.report("trace.attention", "is " + quote(*trace.attention) +
+                                          ", expected 'fused' (attention as traced has no "
+                                          "attention field)");
+  }
+  if (trace.attention && !meta) {
+    context.report("trace.attention",
+                   "is present in a CPU trace; only a shape-only trace (device 'meta') models "
+                   "a fused attention kernel");
+  }
   if (meta) {
     if (!trace.times.empty()) {
       context.report("trace.times",

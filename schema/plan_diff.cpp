@@ -110,6 +110,7 @@ const std::vector<std::string>& diff_field_names() {
       "trace.differs_from_static",
       "trace.times",
       "trace.device",
+      "trace.attention",
       "trace.work",
       "prediction",
   };

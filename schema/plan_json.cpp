@@ -241,6 +241,7 @@ ordered_json to_json(const Trace& trace) {
   if (trace.calibration_gflops) j["calibration_gflops"] = *trace.calibration_gflops;
   // Absent for a CPU trace, so that its plans keep their bytes.
   if (trace.device) j["device"] = *trace.device;
+  if (trace.attention) j["attention"] = *trace.attention;
   if (!trace.work.empty()) j["work"] = array_of(trace.work);
   if (trace.loss_work) j["loss_work"] = to_json(*trace.loss_work);
   return j;

@@ -395,6 +395,7 @@ class Reader {
     fields.get_optional("threads", out.threads);
     fields.get_optional("calibration_gflops", out.calibration_gflops);
     fields.get_optional("device", out.device);
+    fields.get_optional("attention", out.attention);
     std::optional<std::vector<UnitWork>> work;
     fields.get_optional("work", work);
     if (work) out.work = std::move(*work);

@@ -179,9 +179,9 @@ SearchResult search_plans(const SearchInput& in) {
       for (const std::vector<int>& unit : units.modules) {
         paths.push_back(planner::module_paths(in.model->ir(), unit));
       }
-      traces.emplace(c, planner::trace_unit_modules(in.model_path, paths, in.trace_inputs,
-                                                    in.policy.param_dtype, units.checkpoint,
-                                                    in.trace_repeats, in.trace_device));
+      traces.emplace(c, planner::trace_unit_modules(
+                            in.model_path, paths, in.trace_inputs, in.policy.param_dtype,
+                            units.checkpoint, in.trace_repeats, in.trace_device, in.attention));
     }
     if (c == 0 && !consider(0, in.policy, units.reshard_after_forward)) break;
     // The backward order, to keep its first units gathered.

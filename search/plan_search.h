@@ -34,7 +34,8 @@ struct SearchInput {
   // work at the profile's compute rates, or without a profile that has them, weighed by memory,
   // their traced activations included, and collectives.
   planner::TraceDevice trace_device = planner::TraceDevice::kCpu;
-  std::optional<predict::Profile> profile;  // with a trace
+  planner::Attention attention = planner::Attention::kAsTraced;  // kFused: meta only
+  std::optional<predict::Profile> profile;                       // with a trace
   predict::PredictRequest predict;  // microbatches, microbatch size, optimizer, compute scale
   std::optional<int64_t> memory_budget;
   std::optional<schema::Training> training;  // every plan's: its defaults feed the prediction

@@ -4,15 +4,27 @@ default as a skeleton: built on the meta device, scripted and saved, so the file
 model's code, structure, shapes and dtypes but no values (a few hundred KB for any size).
 
     /usr/bin/python3 bench/memory/make_llama_skeleton.py OUT.pt [--preset NAME] [--device D]
-        [--dim N] [--layers N] [--heads N] [--kv-heads N] [--hidden N] [--vocab N]
+        [--attention math|sdpa] [--dim N] [--layers N] [--heads N] [--kv-heads N] [--hidden N]
+        [--vocab N]
 
 Presets (flags given after --preset override its fields):
 
     llama3-70b   Llama-3-70B's shape: 80 blocks, dim 8192, 64 query heads and 8 KV heads
                  (GQA, head dim 128), SwiGLU MLP hidden 28672, RMSNorm, vocab 128256, untied
                  output head: 70,553,706,496 parameters (282 GB as float32; meta only)
+    llama3-8b    Llama-3(.1)-8B: 32 blocks, dim 4096, 32/8 heads, hidden 14336, vocab 128256
+    llama3-405b  Llama-3.1-405B: 126 blocks, dim 16384, 128/8 heads, hidden 53248, vocab 128256
+    llama2-7b    Llama-2-7B: 32 blocks, dim 4096, 32 heads (no GQA), hidden 11008, vocab 32000
+    llama2-13b   Llama-2-13B: 40 blocks, dim 5120, 40 heads, hidden 13824, vocab 32000
+    llama2-70b   Llama-2-70B: 80 blocks, dim 8192, 64/8 heads, hidden 28672, vocab 32000
     tiny         the same code at dim 64, 2 blocks, 4 query heads, 2 KV heads, hidden 160,
                  vocab 256: 119,104 parameters, for checking (also on --device cpu)
+
+--attention math (default) writes attention out (scores, causal mask, softmax, product);
+sdpa calls scaled-dot-product attention with is_causal (torch.nn.functional's; 1.13's private
+_scaled_dot_product_attention, so a file made with 1.13 loads only in LibTorch 1.13 and one
+made with 2.x only in 2.x), as torchtitan's and Meta's training code do, and builds no mask:
+what `mfsdp plan --trace-device meta --fused-attention` times as a GPU's fused kernel.
 
 --device meta (default) writes the skeleton; --device cpu builds real float32 values
 (N(0, 0.02) weights, RMSNorm weights 1), only sensible for small shapes: the same code and
@@ -43,6 +55,12 @@ from torch import Tensor
 
 PRESETS: Dict[str, Dict[str, int]] = {
     "llama3-70b": dict(dim=8192, layers=80, heads=64, kv_heads=8, hidden=28672, vocab=128256),
+    "llama3-8b": dict(dim=4096, layers=32, heads=32, kv_heads=8, hidden=14336, vocab=128256),
+    "llama3-405b": dict(dim=16384, layers=126, heads=128, kv_heads=8, hidden=53248,
+                        vocab=128256),
+    "llama2-7b": dict(dim=4096, layers=32, heads=32, kv_heads=32, hidden=11008, vocab=32000),
+    "llama2-13b": dict(dim=5120, layers=40, heads=40, kv_heads=40, hidden=13824, vocab=32000),
+    "llama2-70b": dict(dim=8192, layers=80, heads=64, kv_heads=8, hidden=28672, vocab=32000),
     "tiny": dict(dim=64, layers=2, heads=4, kv_heads=2, hidden=160, vocab=256),
 }
 
@@ -70,6 +88,14 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return out.flatten(3).type_as(x)
 
 
+if hasattr(F, "scaled_dot_product_attention"):  # torch 2.x
+    def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+else:  # torch 1.13: (output, weights)
+    def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
+
+
 class Attention(nn.Module):
     """Grouped-query attention: n_heads query heads share n_kv_heads key/value heads."""
 
@@ -94,10 +120,20 @@ class Attention(nn.Module):
         rep = self.n_heads // self.n_kv_heads
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
+        y = self.attend(q, k, v, mask).transpose(1, 2).contiguous().view(B, T, -1)
+        return self.wo(y)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim)) + mask
         att = F.softmax(att.float(), dim=-1).type_as(q)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, -1)
-        return self.wo(y)
+        return att @ v
+
+
+class SdpaAttention(Attention):
+    """The same attention through scaled-dot-product attention (is_causal: no mask)."""
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        return causal_attention(q, k, v)
 
 
 class FeedForward(nn.Module):
@@ -115,10 +151,10 @@ class FeedForward(nn.Module):
 
 class TransformerBlock(nn.Module):
     def __init__(self, dim: int, n_heads: int, n_kv_heads: int, hidden: int, eps: float,
-                 device: str):
+                 device: str, sdpa: bool):
         super().__init__()
         self.attention_norm = RMSNorm(dim, eps, device)
-        self.attention = Attention(dim, n_heads, n_kv_heads, device)
+        self.attention = (SdpaAttention if sdpa else Attention)(dim, n_heads, n_kv_heads, device)
         self.ffn_norm = RMSNorm(dim, eps, device)
         self.feed_forward = FeedForward(dim, hidden, device)
 
@@ -129,13 +165,16 @@ class TransformerBlock(nn.Module):
 
 class Llama(nn.Module):
     def __init__(self, dim: int, layers: int, heads: int, kv_heads: int, hidden: int,
-                 vocab: int, device: str, eps: float = 1e-5, rope_theta: float = 500000.0):
+                 vocab: int, device: str, sdpa: bool = False, eps: float = 1e-5,
+                 rope_theta: float = 500000.0):
         super().__init__()
+        self.sdpa = sdpa
         self.head_dim = dim // heads
         self.rope_theta = rope_theta
         self.tok_embeddings = nn.Embedding(vocab, dim, device=device)
         self.layers = nn.ModuleList(
-            [TransformerBlock(dim, heads, kv_heads, hidden, eps, device) for _ in range(layers)])
+            [TransformerBlock(dim, heads, kv_heads, hidden, eps, device, sdpa)
+             for _ in range(layers)])
         self.norm = RMSNorm(dim, eps, device)
         self.output = nn.Linear(dim, vocab, bias=False, device=device)
 
@@ -148,7 +187,9 @@ class Llama(nn.Module):
         freqs = torch.outer(t, inv_freq)
         cos = freqs.cos()
         sin = freqs.sin()
-        mask = torch.full([T, T], float("-inf"), device=tokens.device).triu(1)
+        # Scaled-dot-product attention masks by itself (is_causal): an empty mask, not T x T.
+        mask = torch.full([0 if self.sdpa else T, 0 if self.sdpa else T], float("-inf"),
+                          device=tokens.device).triu(1)
         for layer in self.layers:
             h = layer(h, cos, sin, mask)
         return self.output(self.norm(h)).float()
@@ -169,6 +210,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="llama3-70b")
     parser.add_argument("--device", choices=["meta", "cpu"], default="meta")
+    parser.add_argument("--attention", choices=["math", "sdpa"], default="math")
     for field in PRESETS["tiny"]:
         parser.add_argument("--" + field.replace("_", "-"), type=int, dest=field)
     args = parser.parse_args()
@@ -182,7 +224,7 @@ def main() -> None:
         sys.exit(f"{expected / 1e9:.1f} B parameters will not fit on the CPU; use --device meta")
 
     torch.manual_seed(0)
-    model = Llama(**shape, device=args.device)
+    model = Llama(**shape, device=args.device, sdpa=args.attention == "sdpa")
     if args.device == "cpu":
         with torch.no_grad():
             for m in model.modules():
@@ -200,7 +242,7 @@ def main() -> None:
     saved = sum(p.numel() for p in params)
     buffers = sum(1 for _ in loaded.buffers())
     devices = sorted({str(p.device) for p in params})
-    print(f"{args.out}: {args.preset} {shape}, {saved:,} parameters in {len(params)} tensors "
+    print(f"{args.out}: {args.preset} {shape} {args.attention} attention, {saved:,} parameters in {len(params)} tensors "
           f"on {','.join(devices)}, {buffers} buffers (by hand: {expected:,}), "
           f"{os.path.getsize(args.out):,} bytes")
     if saved != expected:

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 
+#include "planner/torchscript/fused_attention.h"
 #include "schema/error.h"
 
 namespace mfsdp::planner {
@@ -30,8 +31,9 @@ enum class Formula {
   kConvBackward,       // (grad_output, input, weight, ..., transposed at 7, ..., output_mask at 10)
   kAttention,          // (query [..., L, E], key [..., S, E], value [..., S, Ev], ...)
   kAttentionBackward,  // (grad_out, query, key, value, ...)
-  kLookup,             // (table, ...): reads the rows it returns, not the whole table
-  kNone,               // bytes only
+  kFusedAttentionBackward,  // (grad_out, query, key, value, out, logsumexp, is_causal)
+  kLookup,                  // (table, ...): reads the rows it returns, not the whole table
+  kNone,                    // bytes only
 };
 
 struct Classified {
@@ -66,6 +68,7 @@ const std::unordered_map<std::string_view, Classified>& classes() {
        {OpClass::kAttention, Formula::kAttentionBackward}},
       {"aten::_scaled_dot_product_cudnn_attention_backward",
        {OpClass::kAttention, Formula::kAttentionBackward}},
+      {"mfsdp::fused_attention_backward", {OpClass::kAttention, Formula::kFusedAttentionBackward}},
       {"aten::embedding", {OpClass::kEmbedding, Formula::kLookup}},
       {"aten::index_select", {OpClass::kEmbedding, Formula::kLookup}},
       {"aten::embedding_dense_backward", {OpClass::kEmbedding, Formula::kNone}},
@@ -220,7 +223,16 @@ int64_t conv_flops(const ConvShape& conv, const at::Tensor* output) {
   return 2 * conv.weight_elements * conv.samples * positions * conv.products;
 }
 
-void classify_start(Frame& frame, c10::ArrayRef<const c10::IValue> in) {
+// The operator's bool argument `is_causal`, false where it has none.
+bool causal(const at::RecordFunction& fn, c10::ArrayRef<const c10::IValue> in) {
+  const c10::optional<c10::FunctionSchema> schema = fn.operator_schema();
+  if (!schema) return false;
+  const c10::optional<int> at = schema->argumentIndexWithName("is_causal");
+  return at && static_cast<size_t>(*at) < in.size() && in[*at].isBool() && in[*at].toBool();
+}
+
+void classify_start(Frame& frame, const at::RecordFunction& fn,
+                    c10::ArrayRef<const c10::IValue> in) {
   const Formula formula = frame.classified->formula;
   switch (formula) {
     case Formula::kMm:
@@ -269,8 +281,9 @@ void classify_start(Frame& frame, c10::ArrayRef<const c10::IValue> in) {
       break;
     }
     case Formula::kAttention:
-    case Formula::kAttentionBackward: {
-      const size_t q_at = formula == Formula::kAttentionBackward ? 1 : 0;
+    case Formula::kAttentionBackward:
+    case Formula::kFusedAttentionBackward: {
+      const size_t q_at = formula == Formula::kAttention ? 0 : 1;
       const at::Tensor* q = tensor_at(in, q_at);
       const at::Tensor* k = tensor_at(in, q_at + 1);
       const at::Tensor* v = tensor_at(in, q_at + 2);
@@ -279,6 +292,14 @@ void classify_start(Frame& frame, c10::ArrayRef<const c10::IValue> in) {
       const int64_t scores = static_cast<int64_t>(q->numel()) / q->size(-1) * k->size(-2);
       frame.flops = 2 * scores * (q->size(-1) + v->size(-1));
       if (formula == Formula::kAttentionBackward) frame.flops *= 2;
+      // The fused kernel's backward recomputes the scores, then dV, dP, dQ and dK: 3 products
+      // over the head dimension and 2 over the value's. Fused kernels skip the tiles a causal
+      // mask hides: half the scores.
+      if (formula == Formula::kFusedAttentionBackward) {
+        frame.flops = 2 * scores * (3 * q->size(-1) + 2 * v->size(-1));
+      }
+      const bool fused = formula == Formula::kFusedAttentionBackward || fused_attention_active();
+      if (fused && causal(fn, in)) frame.flops /= 2;
       break;
     }
     case Formula::kLookup:
@@ -317,7 +338,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     const auto found = classes().find(frame.name);
     if (found != classes().end()) {
       frame.classified = found->second;
-      classify_start(frame, inputs_of(fn));
+      classify_start(frame, fn, inputs_of(fn));
     } else if (!moves_nothing(frame.name)) {
       for (const c10::IValue& v : inputs_of(fn)) frame.input_bytes += tensor_bytes(v);
     }

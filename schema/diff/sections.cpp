@@ -231,6 +231,10 @@ void Differ::compare_trace_work() {
     return trace && trace->device ? text_of(*trace->device) : "null";  // null: on the CPU
   };
   field("trace.device", device(old_.trace), device(new_.trace));
+  const auto attention = [](const std::optional<Trace>& trace) -> std::string {
+    return trace && trace->attention ? text_of(*trace->attention) : "null";  // null: as traced
+  };
+  field("trace.attention", attention(old_.trace), attention(new_.trace));
   if (!shown("trace.work")) return;
   const auto work_text = [](const Work& work) { return work_to_json(work).dump(); };
   const auto works = [&](const std::optional<Trace>& trace, bool renamed) {

@@ -434,6 +434,58 @@ TEST(PlanCli, AMetaTracePlansASkeletonWithTheFullModelsActivations) {
   EXPECT_NE(shown.out.find("% of it in matmuls and attention"), std::string::npos) << shown.out;
 }
 
+// --fused-attention: the meta trace of a skeleton whose attention is scaled-dot-product
+// attention records it ran fused, saves less than the same trace as LibTorch runs attention,
+// and predicts a faster step on a GPU profile; it is refused on the CPU and on a model
+// without that attention.
+TEST(PlanCli, FusedAttentionRecordsItsTraceAndKeepsNoScores) {
+  const RunResult version = mfsdp({"--version"});
+  if (version.out.find("LibTorch 1.") == std::string::npos) {
+    GTEST_SKIP() << "sdpa_llama_skeleton.pt holds 1.13's attention operator";
+  }
+  const std::string fused = temp_path("fused_attention.plan.json");
+  const std::string math = temp_path("math_attention.plan.json");
+  const std::vector<std::string> args = {"plan",
+                                         "tests/fixtures/sdpa_llama_skeleton.pt",
+                                         "--world-size",
+                                         "2",
+                                         "--unit",
+                                         "layers.*",
+                                         "--unit",
+                                         "<root>",
+                                         "--trace-input",
+                                         "2x128:int64",
+                                         "--trace-device",
+                                         "meta",
+                                         "--profile",
+                                         "h100-nvlink",
+                                         "-q"};
+  std::vector<std::string> with_fused = args;
+  with_fused.insert(with_fused.end(), {"--fused-attention", "-o", fused});
+  const RunResult r = mfsdp(with_fused);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> as_traced = args;
+  as_traced.insert(as_traced.end(), {"-o", math});
+  ASSERT_EQ(mfsdp(as_traced).exit_code, 0);
+  const auto f = nlohmann::json::parse(read_file(fused));
+  const auto m = nlohmann::json::parse(read_file(math));
+  EXPECT_EQ(f["trace"]["attention"], "fused");
+  EXPECT_FALSE(m["trace"].contains("attention"));
+  EXPECT_LT(f["memory"]["activations"]["peak_bytes"].get<int64_t>(),
+            m["memory"]["activations"]["peak_bytes"].get<int64_t>());
+  EXPECT_LT(f["prediction"]["step_ms"].get<double>(), m["prediction"]["step_ms"].get<double>());
+  EXPECT_EQ(mfsdp({"validate", fused}).exit_code, 0);
+
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "--trace-input",
+                        "2x16:int64", "--fused-attention"},
+                       2,
+                       "--fused-attention models a GPU's attention kernel in a shape-only "
+                       "trace; add --trace-device meta");
+  expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "--trace-input",
+                        "2x16:int64", "--trace-device", "meta", "--fused-attention"},
+                       2, "calls no scaled-dot-product attention");
+}
+
 // --optimize on a meta trace traces each choice of units on meta tensors and weighs their
 // activations: a budget below the unsharded plan's activations picks a checkpointed plan.
 TEST(PlanCli, OptimizeOnAMetaTraceCountsEachChoicesActivations) {

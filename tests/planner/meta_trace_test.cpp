@@ -6,6 +6,8 @@
 
 #include <filesystem>
 
+#include <torch/version.h>
+
 #include "planner/trace_input.h"
 #include "tests/planner/test_support.h"
 
@@ -163,6 +165,82 @@ TEST(MetaTrace, CountsAnEmbeddingByTheRowsItReads) {
   for (const PhaseWork& w : run.backward_work) backward += w.embedding.bytes;
   EXPECT_EQ(backward, tokens * 8 + tokens * d * f + vocab * d * f + 64 * 8 + positions * d * f +
                           positions * d * f);
+}
+
+// A model whose unit `attn` runs causal scaled-dot-product attention on h = x w viewed as
+// [b, heads, l, e]: as LibTorch runs it (its math form: two batched products, the l x l scores
+// and probabilities saved) and as a GPU's fused kernel does (--fused-attention: one operator
+// each way, the output and a float32 log-sum-exp per row saved, half the scores computed
+// under the causal mask, 5 products in backward).
+TEST(MetaTrace, FusedAttentionSavesNoScoresAndSkipsTheMaskedHalf) {
+  constexpr int64_t b = 2, heads = 2, l = 16, e = 8, f = 4;
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  torch::jit::Module model(c10::QualifiedName("AttnModel"), cu);
+  torch::jit::Module attn(c10::QualifiedName("Attn"), cu);
+#if TORCH_VERSION_MAJOR < 2
+  attn.define(
+      "def forward(self, h):\n"
+      "  return torch._scaled_dot_product_attention(h, h, h, None, 0.0, False, True)[0]\n");
+#else
+  attn.define(
+      "def forward(self, h):\n"
+      "  return torch.scaled_dot_product_attention(h, h, h, None, 0.0, True)\n");
+#endif
+  model.register_module("attn", attn);
+  model.register_parameter("w", torch::randn({e, e}).requires_grad_(), false);
+  model.define(
+      "def forward(self, x):\n"
+      "  h = torch.matmul(x, self.w).view([" +
+      std::to_string(b) + ", " + std::to_string(heads) + ", " + std::to_string(l) + ", " +
+      std::to_string(e) +
+      "])\n"
+      "  return self.attn.forward(h)\n");
+  const std::string path = (std::filesystem::path(::testing::TempDir()) / "attn.pt").string();
+  model.save(path);
+  const std::string spec =
+      std::to_string(b * heads) + "x" + std::to_string(l) + "x" + std::to_string(e);
+  const Names units = {"", "attn"};
+  const TracedRun math =
+      trace_units(path, units, inputs({spec}), std::nullopt, {}, 1, TraceDevice::kMeta);
+  const TracedRun fused = trace_units(path, units, inputs({spec}), std::nullopt, {}, 1,
+                                      TraceDevice::kMeta, Attention::kFused);
+  EXPECT_EQ(math.attention, Attention::kAsTraced);
+  EXPECT_EQ(fused.attention, Attention::kFused);
+
+  // Bytes the unit leaves alive: forward events are root enter, attn enter, attn exit, root exit.
+  ASSERT_EQ(fused.forward_bytes.size(), 4u);
+  ASSERT_EQ(math.forward_bytes.size(), 4u);
+  const auto kept = [](const TracedRun& run) {
+    return run.forward_bytes[2].live - run.forward_bytes[1].live;
+  };
+  const int64_t out = b * heads * l * e * f, logsumexp = b * heads * l * f;
+  EXPECT_EQ(kept(fused), out + logsumexp);
+  EXPECT_GE(kept(math), out + b * heads * l * l * f);  // and the probabilities, at least
+
+  const int64_t scores = b * heads * l * l;
+  const PhaseWork& forward = fused.pre_forward_work[1];
+  EXPECT_EQ(forward.attention.flops, 2 * scores * (e + e) / 2);
+  EXPECT_EQ(forward.attention.ops, 1);
+  EXPECT_EQ(forward.attention.bytes, 3 * out + out);  // q, k, v read (h thrice); out written
+  EXPECT_EQ(forward.matmul.flops, 0);
+  // attn's backward segment runs to the end of backward, so it holds the root's product's
+  // backward too: w's gradient, 2 (b heads l) e² (x needs none).
+  const int64_t root_product = 2 * (b * heads * l) * e * e;
+  const PhaseWork& backward = fused.backward_work[1];
+  EXPECT_EQ(backward.attention.flops, 2 * scores * (3 * e + 2 * e) / 2);
+  EXPECT_EQ(backward.attention.ops, 1);
+  EXPECT_EQ(backward.matmul.flops, root_product);
+  // As traced: the full scores forward; backward is the math form's products and softmax.
+  EXPECT_EQ(math.pre_forward_work[1].attention.flops, 2 * scores * (e + e));
+  EXPECT_EQ(math.backward_work[1].attention.ops, 0);
+  EXPECT_EQ(math.backward_work[1].matmul.flops, root_product + 2 * scores * 2 * (e + e));
+
+  EXPECT_MFSDP_ERROR(trace_units(path, units, inputs({spec}), std::nullopt, {}, 1,
+                                 TraceDevice::kCpu, Attention::kFused),
+                     ExitCode::kUsage, "--trace-device meta");
+  // The kernel is gone again once the fused trace ended: a CPU trace runs attention itself.
+  const TracedRun cpu = trace_units(path, units, inputs({spec}));
+  EXPECT_EQ(cpu.forward_bytes[2].live - cpu.forward_bytes[1].live, kept(math));
 }
 
 TEST(MetaTrace, RefusesAModelThatReadsValues) {

@@ -263,6 +263,25 @@ TEST(PlanCheck, OnlyAMetaTraceHasWorkAndNeitherCanBeOfAnotherDevice) {
                                 "(device 'meta') counts work"}));
 }
 
+// Fused attention is a way of running a meta trace: "fused" only, and only there.
+TEST(PlanCheck, FusedAttentionIsOnlyAMetaTracesAndOnlyFused) {
+  Plan plan = sample_plan();
+  plan.trace = meta_trace(plan);
+  plan.trace->attention = "fused";
+  EXPECT_EQ(check(plan), Lines{});
+  plan.trace->attention = "flash";
+  EXPECT_EQ(check(plan), (Lines{"trace.attention: is 'flash', expected 'fused' (attention as "
+                                "traced has no attention field)"}));
+  plan = sample_plan();
+  plan.trace = Trace{};
+  plan.trace->inputs = {"2x16:int64"};
+  for (const std::string& unit : plan.forward_order)
+    plan.trace->times.push_back({unit, 1, 1, {}, {}});
+  plan.trace->attention = "fused";
+  EXPECT_EQ(check(plan), (Lines{"trace.attention: is present in a CPU trace; only a shape-only "
+                                "trace (device 'meta') models a fused attention kernel"}));
+}
+
 // A shape-only trace's work is predicted at a profile's compute rates; only a plan without any
 // trace has nothing to predict from.
 TEST(PlanCheck, APredictionComesFromATraceMetaOrNot) {

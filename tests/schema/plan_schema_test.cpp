@@ -227,6 +227,7 @@ TEST_F(PlanSchema, AcceptsAMetaTraceAndRejectsBadWork) {
   plan.trace = Trace{};
   plan.trace->inputs = {"1x8192:int64"};
   plan.trace->device = "meta";
+  plan.trace->attention = "fused";
   for (const std::string& unit : plan.forward_order) {
     UnitWork w{unit, {}, {}, {}};
     w.pre_forward.matmul = {2048, 96, 2};
@@ -241,6 +242,9 @@ TEST_F(PlanSchema, AcceptsAMetaTraceAndRejectsBadWork) {
   EXPECT_EQ(dump_plan(parse_plan(doc).plan), text);
   json bad = doc;
   bad["trace"]["device"] = "cpu";
+  EXPECT_FALSE(valid(bad));
+  bad = doc;
+  bad["trace"]["attention"] = "math";
   EXPECT_FALSE(valid(bad));
   bad = doc;
   bad["trace"]["work"][0]["pre_forward"]["matmul"]["flops"] = -1;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,7 @@ struct ProbeFlags {
   std::string sizes = "4KiB..16MiB";
   std::string repeats = "15";
   std::string device = "cpu";
+  std::string builtin;
   bool quiet = false;
 };
 
@@ -51,6 +53,10 @@ Examples:
 
   # NCCL on this node's 8 GPUs, one rank per GPU (LOCAL_RANK picks it, as for mfsdp run):
   mfsdp probe --device cuda --nproc-per-node 8 -o gpus.json
+
+  # No measurement: a built-in profile as a file, to edit (another network, say) and pass
+  # to --profile:
+  mfsdp probe --builtin h100-nvlink -o h100.json
 
 Sizes are unsharded bytes (all-gather output, reduce-scatter input, all-reduce buffer):
 MIN..MAX steps by 4 from MIN and ends at MAX; a list like 4KiB,1MiB,16MiB names each one.
@@ -255,7 +261,30 @@ void probe_as_rank(const ProbeFlags& flags, const std::vector<int64_t>& sizes, i
   }
 }
 
+// --builtin: the built-in profile written as a file; nothing is launched or measured.
+void write_builtin(const ProbeFlags& flags, const CLI::App& cmd) {
+  for (const char* flag : {"--sizes", "--repeats", "--device", "--nproc-per-node", "--nnodes"}) {
+    if (cmd.count(flag) > 0) {
+      fail(ExitCode::kUsage, std::string(flag) +
+                                 " is for measuring, and --builtin writes a "
+                                 "built-in profile without measuring; drop one");
+    }
+  }
+  const std::optional<predict::Profile> profile = predict::builtin_profile(flags.builtin);
+  if (!profile) {
+    fail(ExitCode::kUsage, "--builtin '" + flags.builtin + "': not a built-in profile; they are " +
+                               predict::builtin_profile_list());
+  }
+  check_output_directory("-o", flags.output);
+  schema::write_file_atomically(flags.output, predict::profile_text(*profile));
+  if (!flags.quiet) print_summary(*profile, flags.output, std::cout);
+}
+
 void probe(ProbeFlags& flags, const CLI::App& cmd, int argc, char** argv) {
+  if (!flags.builtin.empty()) {
+    write_builtin(flags, cmd);
+    return;
+  }
   LauncherFlags& launcher = flags.launcher;
   read_launcher_flags(launcher, cmd);
   const int repeats =
@@ -304,6 +333,11 @@ void add_probe_command(CLI::App& app, int argc, char** argv) {
                   "cpu (default): Gloo on the CPU; cuda: NCCL, one GPU per rank (LOCAL_RANK picks "
                   "it), compute timed on the GPU")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--builtin", flags->builtin,
+                  "Measure nothing: write the built-in profile NAME (" +
+                      predict::builtin_profile_list() +
+                      ") to -o, to edit and pass to --profile (docs/predict.md#built-in-profiles)")
+      ->type_name("NAME");
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing on success");
   add_launcher_flags(*cmd, flags->launcher, "2");
   cmd->callback([flags, cmd, argc, argv] { probe(*flags, *cmd, argc, argv); });

@@ -96,21 +96,29 @@ Profile nvlink_node(const std::string& name, const Gpu& gpu, const std::string& 
   return p;
 }
 
+// Nodes of 8 H100s over NVLink 4, each GPU with its own 400 Gb/s NDR port on its own rail.
+// A ring over the nodes' GPUs (a shard group's all-gather and reduce-scatter) crosses each
+// node's boundary once, and NCCL runs 8 such rings over the 8 rails at once: the node's 8
+// ports carry it, 320 GB/s of bus bandwidth (80 %), below NVLink's 360. HSDP's replica groups
+// have one GPU per node, so their all-reduce crosses the network at every hop, on the one
+// port of its rail: 40 GB/s.
 Profile infiniband_400() {
   Profile p;
   p.name = "ib-400g";
   p.description =
-      "GPUs on several nodes, one 400 Gb/s InfiniBand NDR port per GPU (50 GB/s each way), "
-      "NCCL rings whose hops cross the network: bus bandwidth 40 GB/s (80% of the port), "
-      "latency 30 us at 16 ranks growing with the hops; published figures, not a "
-      "measurement: calibrate with mfsdp probe";
+      "nodes of 8 H100s over NVLink 4, one 400 Gb/s InfiniBand NDR port per GPU on its own "
+      "rail (50 GB/s each way): all-gather and reduce-scatter rings over the nodes cross each "
+      "node's 8 ports at once, bus bandwidth 320 GB/s (80%); an all-reduce over one GPU per "
+      "node (HSDP's replicas) uses one port, 40 GB/s; latency 2 us a hop (30 us at 16 "
+      "ranks); published figures, not a measurement: calibrate with mfsdp probe";
   p.backend = "nccl";
   p.device = "NVIDIA H100";
+  constexpr double kPort = 0.8 * 50, kRails = 8;
   for (int64_t world : {16, 32, 64}) {
     const double latency = 2.0 * ring::hops(world);  // 2 us a hop: 30 us at 16
-    p.collectives.push_back(ring_collective("all_gather", world, 40, latency));
-    p.collectives.push_back(ring_collective("reduce_scatter", world, 40, latency));
-    p.collectives.push_back(ring_collective("all_reduce", world, 40, 2 * latency));
+    p.collectives.push_back(ring_collective("all_gather", world, kRails * kPort, latency));
+    p.collectives.push_back(ring_collective("reduce_scatter", world, kRails * kPort, latency));
+    p.collectives.push_back(ring_collective("all_reduce", world, kPort, 2 * latency));
   }
   p.compute.optimizer_ns_per_element = optimizer_from_bandwidth(kH100.memory_gbps, 0.5);
   p.compute.contention = kNcclContention;

@@ -37,6 +37,37 @@ TEST(ProbeCli, WritesAProfileOfEachCollectiveAtTheLaunchedWorldSize) {
   EXPECT_NE(r.out.find("wrote " + path + "\n"), std::string::npos) << r.out;
 }
 
+// --builtin writes the built-in profile as a file, measuring nothing: read back, it is the
+// built-in, and --profile takes it as it takes the name.
+TEST(ProbeCli, BuiltinWritesTheBuiltInProfileAsAFile) {
+  const std::string path = temp_path("builtin.profile.json");
+  std::filesystem::remove(path);
+  const RunResult r = mfsdp({"probe", "--builtin", "a100-nvlink", "-o", path, "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const predict::Profile written = predict::parse_profile(nlohmann::json::parse(read_file(path)));
+  const predict::Profile builtin = *predict::builtin_profile("a100-nvlink");
+  EXPECT_EQ(predict::profile_text(written), predict::profile_text(builtin));
+  ASSERT_TRUE(written.compute.rates.has_value());
+  EXPECT_EQ(written.compute.rates->tflops.at("bfloat16"), 312);
+
+  const std::string plan = temp_path("builtin_profile.plan.json");
+  const RunResult planned = mfsdp({"plan", "examples/bytegpt.pt", "--world-size", "8", "--unit",
+                                   "layers.*", "--unit", "<root>", "--trace-input", "8x64:int64",
+                                   "--trace-device", "meta", "--profile", path, "-o", plan, "-q"});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+
+  const RunResult unknown = mfsdp({"probe", "--builtin", "tpu-v9", "-o", path});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_EQ(lines(unknown.err), 1u) << unknown.err;
+  EXPECT_NE(unknown.err.find("--builtin 'tpu-v9': not a built-in profile; they are a100-nvlink"),
+            std::string::npos)
+      << unknown.err;
+  const RunResult mixed =
+      mfsdp({"probe", "--builtin", "a100-nvlink", "--repeats", "3", "-o", path});
+  EXPECT_EQ(mixed.exit_code, 2);
+  EXPECT_NE(mixed.err.find("--repeats is for measuring"), std::string::npos) << mixed.err;
+}
+
 TEST(ProbeCli, RejectsSizesThatGiveOnePointWithOneLineAndNoFile) {
   const std::string path = temp_path("probe.bad-sizes.json");
   std::filesystem::remove(path);

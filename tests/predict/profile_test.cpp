@@ -204,6 +204,13 @@ TEST(ProfileBuiltin, EveryNameLoadsAndStatesItsSource) {
   // bandwidth, 2.61 ms, plus 15 us.
   const CollectiveCost h100 = collective_cost(load_profile("h100-nvlink"), "all_gather", 8);
   EXPECT_NEAR(h100.time_us(int64_t{1} << 30), 15 + (1 << 30) * (7.0 / 8) / 360e3, 1e-6);
+  // Over 4 nodes' rails: a shard group's all-gather at the 8 ports' 320 GB/s, 62 us of hops;
+  // HSDP's replica all-reduce (one GPU per node) on one port, 40 GB/s, twice the data.
+  const Profile ib = load_profile("ib-400g");
+  EXPECT_NEAR(collective_cost(ib, "all_gather", 32).time_us(int64_t{1} << 30),
+              62 + (1 << 30) * (31.0 / 32) / 320e3, 1e-6);
+  EXPECT_NEAR(collective_cost(ib, "all_reduce", 32).time_us(int64_t{1} << 30),
+              124 + 2.0 * (1 << 30) * (31.0 / 32) / 40e3, 1e-6);
 }
 
 TEST(ProfileBuiltin, AnUnknownNameOrFileSaysWhatExists) {

@@ -2,7 +2,7 @@
 # build/bench-models/. bytegpt is the README's example (copied); the GPTs are written once by
 # bench/memory/make_gpt.py with Debian's python and torch, the Llamas by
 # bench/memory/make_llama_skeleton.py: llama70b-skeleton (Llama-3-70B's shape on the meta device,
-# no values), llama-tiny-skeleton and llama-tiny (the same code at 0.1 M parameters, without and
+# no values; llama70b-sdpa-skeleton the same calling scaled-dot-product attention), llama-tiny-skeleton and llama-tiny (the same code at 0.1 M parameters, without and
 # with values).
 #
 # bench_model NAME: prints the model's file, making it first when it is missing. Without
@@ -18,6 +18,8 @@ bench_model() {
       local llama=(/usr/bin/python3 bench/memory/make_llama_skeleton.py "$file")
       case "$1" in
         llama70b-skeleton) "${llama[@]}" --preset llama3-70b >&2 || return 1 ;;
+        llama70b-sdpa-skeleton)
+          "${llama[@]}" --preset llama3-70b --attention sdpa >&2 || return 1 ;;
         llama-tiny-skeleton) "${llama[@]}" --preset tiny >&2 || return 1 ;;
         llama-tiny) "${llama[@]}" --preset tiny --device cpu >&2 || return 1 ;;
         *) /usr/bin/python3 bench/memory/make_gpt.py "$dir" --only "$1" >&2 || return 1 ;;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/core/function_schema.h>
 #include <ATen/record_function.h>
 
 #include "planner/torchscript/fused_attention.h"

@@ -8,6 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/byte_size.h"
+#include "predict/memory_fit.h"
+
 namespace mfsdp::cli {
 namespace {
 
@@ -159,6 +162,109 @@ ordered_json prediction_json(const predict::PlanPrediction& p) {
     m["units"] = mu;
     j["measured"] = m;
   }
+  return j;
+}
+
+namespace {
+
+predict::RankMemory memory_of(const schema::Plan& plan, const predict::PlanPrediction& p) {
+  return predict::rank_memory(plan, p.optimizer, p.model.microbatch_samples);
+}
+
+std::string samples_text(int64_t n) {
+  return std::to_string(n) + (n == 1 ? " sample" : " samples");
+}
+
+}  // namespace
+
+std::string render_memory_text(const schema::Plan& plan, const predict::PlanPrediction& p,
+                               const std::optional<int64_t>& budget) {
+  const predict::RankMemory m = memory_of(plan, p);
+  std::ostringstream out;
+  out << "memory        " << format_bytes(m.total()) << " per rank: parameters "
+      << format_bytes(m.parameters) << ", gradients " << format_bytes(m.gradients)
+      << ", optimizer state " << format_bytes(m.optimizer_state) << " (" << p.optimizer
+      << "), gathered slots " << format_bytes(m.slots) << ", activations ";
+  if (m.activations) {
+    out << format_bytes(*m.activations) << " (a microbatch of "
+        << samples_text(p.model.microbatch_samples) << ")\n";
+  } else {
+    out << "not measured (plan with --trace-input to count them)\n";
+  }
+  if (!budget) return out.str();
+  const predict::MemoryFit fit =
+      predict::fit_memory(plan, m, *budget, p.model.microbatch_samples);
+  out << "budget        " << format_bytes(*budget) << ": ";
+  if (fit.over <= 0) {
+    out << "fits, " << format_bytes(-fit.over) << " to spare"
+        << (m.activations ? "" : " before activations") << "\n";
+    return out.str();
+  }
+  out << "does not fit, " << format_bytes(fit.over) << " over; the largest term is "
+      << fit.largest << "\n";
+  const int64_t rest = m.slots + m.activations.value_or(0);
+  if (fit.fits_unreplicated) {
+    out << "to fit        shard over all " << plan.mesh.world_size
+        << " ranks (--replicate 1): the sharded state becomes "
+        << format_bytes(m.sharded() * plan.mesh.shard_size / plan.mesh.world_size) << "\n";
+  }
+  if (fit.shard_size) {
+    const int64_t world = *fit.shard_size * plan.mesh.replicate_size;
+    out << "to fit        more ranks: sharded over " << *fit.shard_size << " (--world-size "
+        << world << (plan.mesh.replicate_size > 1 ? ", the same --replicate" : "")
+        << ") parameters, gradients and optimizer state take "
+        << format_bytes(m.sharded() * plan.mesh.shard_size / *fit.shard_size) << " instead of "
+        << format_bytes(m.sharded()) << "\n";
+  } else {
+    out << "to fit        more ranks cannot: the gathered slots and activations alone take "
+        << format_bytes(rest) << "\n";
+  }
+  if (fit.uncheckpointed_units > 0) {
+    out << "to fit        checkpointing the " << fit.uncheckpointed_units << " unit"
+        << (fit.uncheckpointed_units == 1 ? "" : "s")
+        << " not checkpointed (--checkpoint) frees at most "
+        << format_bytes(fit.checkpoint_frees_at_most) << " of their saved activations"
+        << (fit.checkpointing_may_fit ? ", which may be enough"
+                                      : ", not enough on its own")
+        << " (they keep their inputs: plan again with --trace-input to count them)\n";
+  } else if (m.activations) {
+    out << "to fit        checkpointing cannot: every unit is checkpointed already\n";
+  }
+  if (fit.microbatch_samples) {
+    out << "to fit        a microbatch of " << samples_text(*fit.microbatch_samples)
+        << " (--microbatch-size " << *fit.microbatch_samples
+        << "; more --microbatches keep the batch): the activations scale with it\n";
+  }
+  return out.str();
+}
+
+ordered_json memory_json(const schema::Plan& plan, const predict::PlanPrediction& p,
+                         const std::optional<int64_t>& budget) {
+  const predict::RankMemory m = memory_of(plan, p);
+  ordered_json j = ordered_json::object();
+  j["total_bytes"] = m.total();
+  j["parameter_bytes"] = m.parameters;
+  j["gradient_bytes"] = m.gradients;
+  j["optimizer_state_bytes"] = m.optimizer_state;
+  j["slot_bytes"] = m.slots;
+  j["activation_bytes"] = m.activations ? ordered_json(*m.activations) : ordered_json(nullptr);
+  if (!budget) return j;
+  const predict::MemoryFit fit =
+      predict::fit_memory(plan, m, *budget, p.model.microbatch_samples);
+  ordered_json b = ordered_json::object();
+  b["budget_bytes"] = fit.budget;
+  b["fits"] = fit.over <= 0;
+  b["over_bytes"] = fit.over;
+  b["largest_term"] = fit.largest;
+  if (fit.over > 0) {
+    b["fits_unreplicated"] = fit.fits_unreplicated;
+    b["shard_size"] = fit.shard_size ? ordered_json(*fit.shard_size) : ordered_json(nullptr);
+    b["uncheckpointed_units"] = fit.uncheckpointed_units;
+    b["checkpoint_frees_at_most_bytes"] = fit.checkpoint_frees_at_most;
+    b["microbatch_samples"] =
+        fit.microbatch_samples ? ordered_json(*fit.microbatch_samples) : ordered_json(nullptr);
+  }
+  j["budget"] = b;
   return j;
 }
 

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/byte_size.h"
 #include "cli/plan_report.h"
 #include "cli/predict_flags.h"
 #include "cli/predict_report.h"
@@ -30,6 +31,7 @@ struct ShowFlags {
   PredictFlags prediction;
   std::string metrics_path, run_trace_path;
   std::string calibrate_path;  // --calibrate: the calibrated profile to write
+  std::string memory_budget;   // --memory-budget SIZE, or ""
 };
 
 const char* kExamples = R"(
@@ -49,6 +51,9 @@ Examples:
   mfsdp show gpt-traced.plan.json --predict --profile h100-nvlink --compute-scale 0.02
   # ... and compare with what a run measured (per-unit errors from its --trace):
   mfsdp show gpt-traced.plan.json --predict --profile probe.json --metrics m.jsonl --run-trace t.json
+  # ... and whether a rank fits in an 80 GiB GPU, and if not what would make it fit:
+  mfsdp show gpt-traced.plan.json --predict --profile h100-nvlink --compute-scale 0.02 \
+      --memory-budget 80GiB
   # ... and fit the profile to that run, for predicting and choosing other plans on this machine:
   mfsdp show gpt-traced.plan.json --predict --profile probe.json --metrics m.jsonl \
       --calibrate calibrated.json
@@ -65,10 +70,17 @@ void show_prediction(const schema::Plan& plan, const ShowFlags& flags) {
   request.run_trace_path = flags.run_trace_path;
   if (flags.calibrate_path.empty()) {
     const predict::PlanPrediction prediction = predict::predict_plan(plan, request);
+    std::optional<int64_t> budget;
+    if (!flags.memory_budget.empty()) {
+      budget = parse_bytes(flags.memory_budget, "--memory-budget");
+    }
     if (flags.format == "json") {
-      std::cout << prediction_json(prediction).dump(2) << "\n";
+      nlohmann::ordered_json j = prediction_json(prediction);
+      j["memory"] = memory_json(plan, prediction, budget);
+      std::cout << j.dump(2) << "\n";
     } else {
-      std::cout << render_prediction_text(prediction, flags.plan);
+      std::cout << render_prediction_text(prediction, flags.plan)
+                << render_memory_text(plan, prediction, budget);
     }
     return;
   }
@@ -101,7 +113,8 @@ void show_prediction(const schema::Plan& plan, const ShowFlags& flags) {
 
 void check_predict_flags(const CLI::App& cmd, const ShowFlags& flags) {
   for (const char* flag : {"--profile", "--microbatches", "--microbatch-size", "--compute-scale",
-                           "--optimizer", "--metrics", "--run-trace", "--calibrate"}) {
+                           "--optimizer", "--metrics", "--run-trace", "--calibrate",
+                           "--memory-budget"}) {
     if (!flags.predict && cmd.count(flag) > 0) {
       fail(ExitCode::kUsage, std::string(flag) + " is for --predict; add --predict");
     }
@@ -110,6 +123,10 @@ void check_predict_flags(const CLI::App& cmd, const ShowFlags& flags) {
     fail(ExitCode::kUsage,
          "--predict needs --profile FILE|NAME: a file from mfsdp probe, or a built-in (" +
              predict::builtin_profile_list() + "; docs/predict.md#profiles)");
+  }
+  if (!flags.calibrate_path.empty() && !flags.memory_budget.empty()) {
+    fail(ExitCode::kUsage, "--memory-budget weighs the prediction's memory, and --calibrate "
+                           "writes a profile; drop one of them");
   }
   if (!flags.calibrate_path.empty() && flags.metrics_path.empty()) {
     fail(ExitCode::kUsage,
@@ -171,6 +188,11 @@ void add_show_command(CLI::App& app) {
                   "With --metrics: fit the profile's compute and collective times to that run "
                   "and write the calibrated profile to this file (docs/predict.md)")
       ->type_name("FILE");
+  cmd->add_option("--memory-budget", flags->memory_budget,
+                  "With --predict: weigh a rank's memory against SIZE (e.g. 80GiB): whether it "
+                  "fits, which term is largest and what would make it fit (more ranks, "
+                  "checkpointing, a smaller microbatch; docs/predict.md#memory)")
+      ->type_name("SIZE");
   cmd->callback([cmd, flags] {
     check_predict_flags(*cmd, *flags);
     run_show(*flags);

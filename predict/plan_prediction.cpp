@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "predict/memory_fit.h"
 #include "schema/error.h"
 #include "schema/optimizer.h"
 
@@ -80,12 +81,9 @@ PlanPrediction predict_plan(const schema::Plan& plan, const Profile& profile,
 
 std::optional<int64_t> rank_memory_bytes(const schema::Plan& plan, const std::string& optimizer,
                                          int64_t microbatch_samples) {
-  const schema::Memory& m = plan.memory;
-  if (!m.activations) return std::nullopt;
-  const double activations = static_cast<double>(m.activations->peak_bytes) *
-                             static_cast<double>(microbatch_samples) /
-                             static_cast<double>(std::max<int64_t>(1, m.activations->microbatch));
-  return rank_state_bytes(plan, optimizer) + static_cast<int64_t>(std::llround(activations));
+  const RankMemory memory = rank_memory(plan, optimizer, microbatch_samples);
+  if (!memory.activations) return std::nullopt;
+  return memory.total();
 }
 
 std::string predicted_optimizer(const std::optional<schema::Training>& training,
@@ -95,13 +93,8 @@ std::string predicted_optimizer(const std::optional<schema::Training>& training,
 }
 
 int64_t rank_state_bytes(const schema::Plan& plan, const std::string& optimizer) {
-  const schema::Memory& m = plan.memory;
-  const schema::OptimizerKind* kind = schema::find_optimizer(optimizer);
-  if (!kind) {
-    fail(ExitCode::kUsage, "optimizer '" + optimizer + "' is not " + schema::optimizer_choices());
-  }
-  const int64_t states = kind->state_buffers;
-  return m.sharded_param_bytes + m.sharded_grad_bytes * (1 + states) + m.slot_bytes;
+  const RankMemory memory = rank_memory(plan, optimizer, 1);
+  return memory.sharded() + memory.slots;
 }
 
 }  // namespace mfsdp::predict

@@ -190,6 +190,63 @@ TEST(PredictCli, DiffWithAProfileAddsThePredictedStepOfBothPlans) {
   EXPECT_NE(text.out.find("predicted step on profile 'hand': "), std::string::npos) << text.out;
 }
 
+// --memory-budget: the rank's terms add up to the plan's own memory section, and against a
+// budget too small the report names the largest term and ways to fit that the plan's numbers
+// bear out.
+TEST(PredictCli, MemoryBudgetSaysWhichTermDoesNotFitAndWhatWould) {
+  const auto show = [](const std::string& budget) {
+    const RunResult r = mfsdp({"show", traced_plan(), "--predict", "--profile", profile_file(),
+                               "--compute-scale", "1", "--memory-budget", budget, "--format",
+                               "json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return json::parse(r.out)["memory"];
+  };
+  const json plan = json::parse(read_file(traced_plan()));
+  const json& memory = plan["memory"];
+  const json roomy = show("1GiB");
+  const int64_t activations = roomy["activation_bytes"].get<int64_t>();
+  EXPECT_EQ(activations, memory["activations"]["peak_bytes"].get<int64_t>());  // traced batch
+  EXPECT_EQ(roomy["parameter_bytes"], memory["sharded_param_bytes"]);
+  EXPECT_EQ(roomy["optimizer_state_bytes"].get<int64_t>(),
+            2 * memory["sharded_grad_bytes"].get<int64_t>());  // adamw
+  const int64_t total = roomy["total_bytes"].get<int64_t>();
+  EXPECT_EQ(total, roomy["parameter_bytes"].get<int64_t>() + roomy["gradient_bytes"].get<int64_t>() +
+                       roomy["optimizer_state_bytes"].get<int64_t>() +
+                       roomy["slot_bytes"].get<int64_t>() + activations);
+  EXPECT_EQ(roomy["budget"]["fits"], true);
+
+  // Half the activations over: at most 3 units' saved activations free it, and a microbatch
+  // of 1 sample (the trace had 2) halves the activations.
+  const int64_t budget = total - activations / 2;
+  const json tight = show(std::to_string(budget) + "B");
+  EXPECT_EQ(tight["budget"]["fits"], false);
+  EXPECT_EQ(tight["budget"]["over_bytes"].get<int64_t>(), total - budget);
+  EXPECT_EQ(tight["budget"]["largest_term"], "activations");
+  EXPECT_EQ(tight["budget"]["uncheckpointed_units"], 3);
+  EXPECT_EQ(tight["budget"]["microbatch_samples"], 1);
+  // More ranks shrink the sharded terms only: the fewest (2 x a power of two) that fit.
+  const int64_t sharded = roomy["parameter_bytes"].get<int64_t>() +
+                          roomy["gradient_bytes"].get<int64_t>() +
+                          roomy["optimizer_state_bytes"].get<int64_t>();
+  const int64_t rest = total - sharded;
+  int64_t ranks = 4;
+  while (rest + sharded * 2 / ranks > budget && ranks < (int64_t{1} << 30)) ranks *= 2;
+  EXPECT_EQ(tight["budget"]["shard_size"], ranks);
+  // A budget below the slots and activations: no number of ranks fits.
+  EXPECT_TRUE(show(std::to_string(rest - 1) + "B")["budget"]["shard_size"].is_null());
+
+  const RunResult text = mfsdp({"show", traced_plan(), "--predict", "--profile", profile_file(),
+                                "--compute-scale", "1", "--memory-budget",
+                                std::to_string(budget) + "B"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  for (const char* line :
+       {"\nmemory        ", "\nbudget        ", "does not fit", "the largest term is activations",
+        "to fit        more ranks: sharded over ", "to fit        checkpointing the 3 units",
+        "to fit        a microbatch of 1 sample (--microbatch-size 1"}) {
+    EXPECT_NE(text.out.find(line), std::string::npos) << line << " in\n" << text.out;
+  }
+}
+
 TEST(PredictCli, RefusesWhatCannotBePredictedWithOneLine) {
   const auto refused = [](const std::vector<std::string>& args, const std::string& text) {
     const RunResult r = mfsdp(args);
@@ -199,6 +256,7 @@ TEST(PredictCli, RefusesWhatCannotBePredictedWithOneLine) {
   };
   refused({"show", traced_plan(), "--predict"}, "--predict needs --profile FILE|NAME");
   refused({"show", traced_plan(), "--profile", profile_file()}, "--profile is for --predict");
+  refused({"show", traced_plan(), "--memory-budget", "80GiB"}, "--memory-budget is for --predict");
   refused({"show", "plans/tied_lm.plan.json", "--predict", "--profile", "h100-nvlink"},
           "the plan has no trace");
   refused({"show", traced_plan(), "--predict", "--profile", "a100"},

@@ -192,16 +192,15 @@ std::string render_memory_text(const schema::Plan& plan, const predict::PlanPred
     out << "not measured (plan with --trace-input to count them)\n";
   }
   if (!budget) return out.str();
-  const predict::MemoryFit fit =
-      predict::fit_memory(plan, m, *budget, p.model.microbatch_samples);
+  const predict::MemoryFit fit = predict::fit_memory(plan, m, *budget, p.model.microbatch_samples);
   out << "budget        " << format_bytes(*budget) << ": ";
   if (fit.over <= 0) {
     out << "fits, " << format_bytes(-fit.over) << " to spare"
         << (m.activations ? "" : " before activations") << "\n";
     return out.str();
   }
-  out << "does not fit, " << format_bytes(fit.over) << " over; the largest term is "
-      << fit.largest << "\n";
+  out << "does not fit, " << format_bytes(fit.over) << " over; the largest term is " << fit.largest
+      << "\n";
   const int64_t rest = m.slots + m.activations.value_or(0);
   if (fit.fits_unreplicated) {
     out << "to fit        shard over all " << plan.mesh.world_size
@@ -224,8 +223,7 @@ std::string render_memory_text(const schema::Plan& plan, const predict::PlanPred
         << (fit.uncheckpointed_units == 1 ? "" : "s")
         << " not checkpointed (--checkpoint) frees at most "
         << format_bytes(fit.checkpoint_frees_at_most) << " of their saved activations"
-        << (fit.checkpointing_may_fit ? ", which may be enough"
-                                      : ", not enough on its own")
+        << (fit.checkpointing_may_fit ? ", which may be enough" : ", not enough on its own")
         << " (they keep their inputs: plan again with --trace-input to count them)\n";
   } else if (m.activations) {
     out << "to fit        checkpointing cannot: every unit is checkpointed already\n";
@@ -249,8 +247,7 @@ ordered_json memory_json(const schema::Plan& plan, const predict::PlanPrediction
   j["slot_bytes"] = m.slots;
   j["activation_bytes"] = m.activations ? ordered_json(*m.activations) : ordered_json(nullptr);
   if (!budget) return j;
-  const predict::MemoryFit fit =
-      predict::fit_memory(plan, m, *budget, p.model.microbatch_samples);
+  const predict::MemoryFit fit = predict::fit_memory(plan, m, *budget, p.model.microbatch_samples);
   ordered_json b = ordered_json::object();
   b["budget_bytes"] = fit.budget;
   b["fits"] = fit.over <= 0;

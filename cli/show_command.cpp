@@ -112,9 +112,9 @@ void show_prediction(const schema::Plan& plan, const ShowFlags& flags) {
 }
 
 void check_predict_flags(const CLI::App& cmd, const ShowFlags& flags) {
-  for (const char* flag : {"--profile", "--microbatches", "--microbatch-size", "--compute-scale",
-                           "--optimizer", "--metrics", "--run-trace", "--calibrate",
-                           "--memory-budget"}) {
+  for (const char* flag :
+       {"--profile", "--microbatches", "--microbatch-size", "--compute-scale", "--optimizer",
+        "--metrics", "--run-trace", "--calibrate", "--memory-budget"}) {
     if (!flags.predict && cmd.count(flag) > 0) {
       fail(ExitCode::kUsage, std::string(flag) + " is for --predict; add --predict");
     }
@@ -125,8 +125,9 @@ void check_predict_flags(const CLI::App& cmd, const ShowFlags& flags) {
              predict::builtin_profile_list() + "; docs/predict.md#profiles)");
   }
   if (!flags.calibrate_path.empty() && !flags.memory_budget.empty()) {
-    fail(ExitCode::kUsage, "--memory-budget weighs the prediction's memory, and --calibrate "
-                           "writes a profile; drop one of them");
+    fail(ExitCode::kUsage,
+         "--memory-budget weighs the prediction's memory, and --calibrate "
+         "writes a profile; drop one of them");
   }
   if (!flags.calibrate_path.empty() && flags.metrics_path.empty()) {
     fail(ExitCode::kUsage,

@@ -13,9 +13,9 @@ namespace mfsdp::predict {
 namespace {
 
 int64_t scaled(int64_t bytes, int64_t samples, int64_t traced) {
-  return static_cast<int64_t>(std::llround(static_cast<double>(bytes) *
-                                           static_cast<double>(samples) /
-                                           static_cast<double>(std::max<int64_t>(1, traced))));
+  return static_cast<int64_t>(
+      std::llround(static_cast<double>(bytes) * static_cast<double>(samples) /
+                   static_cast<double>(std::max<int64_t>(1, traced))));
 }
 
 }  // namespace
@@ -33,7 +33,8 @@ RankMemory rank_memory(const schema::Plan& plan, const std::string& optimizer,
   r.optimizer_state = m.sharded_grad_bytes * kind->state_buffers;
   r.slots = m.slot_bytes;
   if (m.activations) {
-    r.activations = scaled(m.activations->peak_bytes, microbatch_samples, m.activations->microbatch);
+    r.activations =
+        scaled(m.activations->peak_bytes, microbatch_samples, m.activations->microbatch);
   }
   return r;
 }

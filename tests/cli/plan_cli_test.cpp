@@ -475,6 +475,13 @@ TEST(PlanCli, FusedAttentionRecordsItsTraceAndKeepsNoScores) {
             m["memory"]["activations"]["peak_bytes"].get<int64_t>());
   EXPECT_LT(f["prediction"]["step_ms"].get<double>(), m["prediction"]["step_ms"].get<double>());
   EXPECT_EQ(mfsdp({"validate", fused}).exit_code, 0);
+  // The search traces every choice of units so too.
+  const std::string searched = temp_path("fused_attention_search.plan.json");
+  std::vector<std::string> search = args;
+  search.insert(search.end(), {"--fused-attention", "--optimize", "-o", searched});
+  const RunResult s = mfsdp(search);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_EQ(nlohmann::json::parse(read_file(searched))["trace"]["attention"], "fused");
 
   expect_clean_failure({"tests/fixtures/tied_lm.pt", "--world-size", "2", "--auto", "--trace-input",
                         "2x16:int64", "--fused-attention"},

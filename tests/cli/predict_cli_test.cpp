@@ -195,9 +195,9 @@ TEST(PredictCli, DiffWithAProfileAddsThePredictedStepOfBothPlans) {
 // bear out.
 TEST(PredictCli, MemoryBudgetSaysWhichTermDoesNotFitAndWhatWould) {
   const auto show = [](const std::string& budget) {
-    const RunResult r = mfsdp({"show", traced_plan(), "--predict", "--profile", profile_file(),
-                               "--compute-scale", "1", "--memory-budget", budget, "--format",
-                               "json"});
+    const RunResult r =
+        mfsdp({"show", traced_plan(), "--predict", "--profile", profile_file(), "--compute-scale",
+               "1", "--memory-budget", budget, "--format", "json"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return json::parse(r.out)["memory"];
   };
@@ -210,7 +210,8 @@ TEST(PredictCli, MemoryBudgetSaysWhichTermDoesNotFitAndWhatWould) {
   EXPECT_EQ(roomy["optimizer_state_bytes"].get<int64_t>(),
             2 * memory["sharded_grad_bytes"].get<int64_t>());  // adamw
   const int64_t total = roomy["total_bytes"].get<int64_t>();
-  EXPECT_EQ(total, roomy["parameter_bytes"].get<int64_t>() + roomy["gradient_bytes"].get<int64_t>() +
+  EXPECT_EQ(total, roomy["parameter_bytes"].get<int64_t>() +
+                       roomy["gradient_bytes"].get<int64_t>() +
                        roomy["optimizer_state_bytes"].get<int64_t>() +
                        roomy["slot_bytes"].get<int64_t>() + activations);
   EXPECT_EQ(roomy["budget"]["fits"], true);
@@ -235,9 +236,9 @@ TEST(PredictCli, MemoryBudgetSaysWhichTermDoesNotFitAndWhatWould) {
   // A budget below the slots and activations: no number of ranks fits.
   EXPECT_TRUE(show(std::to_string(rest - 1) + "B")["budget"]["shard_size"].is_null());
 
-  const RunResult text = mfsdp({"show", traced_plan(), "--predict", "--profile", profile_file(),
-                                "--compute-scale", "1", "--memory-budget",
-                                std::to_string(budget) + "B"});
+  const RunResult text =
+      mfsdp({"show", traced_plan(), "--predict", "--profile", profile_file(), "--compute-scale",
+             "1", "--memory-budget", std::to_string(budget) + "B"});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   for (const char* line :
        {"\nmemory        ", "\nbudget        ", "does not fit", "the largest term is activations",

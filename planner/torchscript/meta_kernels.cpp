@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -109,6 +110,26 @@ at::Tensor repeat_interleave_int_meta(const at::Tensor& self, int64_t repeats,
 }
 #endif
 
+// where(condition, self, other): the three broadcast, in self's and other's promoted dtype.
+// LibTorch 2.x's math attention masks its scores so; Python's torch registers this from Python.
+// 2.x computes where.self through where.self_out, which needs its own.
+std::vector<int64_t> where_shape(const at::Tensor& condition, const at::Tensor& self,
+                                 const at::Tensor& other) {
+  return at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes());
+}
+
+at::Tensor where_self_meta(const at::Tensor& condition, const at::Tensor& self,
+                           const at::Tensor& other) {
+  return at::empty(where_shape(condition, self, other),
+                   self.options().dtype(at::result_type(self, other)));
+}
+
+at::Tensor& where_self_out_meta(const at::Tensor& condition, const at::Tensor& self,
+                                const at::Tensor& other, at::Tensor& out) {
+  out.resize_(where_shape(condition, self, other));
+  return out;
+}
+
 at::Tensor same_shape_meta(const at::Tensor& self) {
   return at::empty_like(self);
 }
@@ -146,6 +167,8 @@ std::vector<std::string> register_missing_meta_kernels() {
     add("native_batch_norm", "", TORCH_FN(native_batch_norm_meta));
     add("native_batch_norm_backward", "", TORCH_FN(native_batch_norm_backward_meta));
     add("relu", "", TORCH_FN(same_shape_meta));
+    add("where", "self", TORCH_FN(where_self_meta));
+    add("where", "self_out", TORCH_FN(where_self_out_meta));
     add("relu_", "", TORCH_FN(in_place_meta));
 #if TORCH_VERSION_MAJOR < 2
     auto* autograd = new torch::Library(torch::Library::IMPL, "aten",

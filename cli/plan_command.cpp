@@ -212,10 +212,7 @@ void check_whole_model(const schema::Plan& plan) {
 // --trace-device, checked against the flags that need times.
 planner::TraceDevice trace_device_of(const CLI::App& cmd, const PlanFlags& flags) {
   if (flags.fused_attention && flags.trace_device != "meta") {
-    fail(ExitCode::kUsage,
-         "--fused-attention models a GPU's attention kernel in a shape-only "
-         "trace; add --trace-device meta (a CPU trace runs attention as "
-         "LibTorch does here)");
+    fail(ExitCode::kUsage, planner::kFusedAttentionNeedsMeta);
   }
   if (flags.trace_device.empty()) return planner::TraceDevice::kCpu;
   if (flags.trace_inputs.empty()) {

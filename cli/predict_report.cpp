@@ -201,7 +201,6 @@ std::string render_memory_text(const schema::Plan& plan, const predict::PlanPred
   }
   out << "does not fit, " << format_bytes(fit.over) << " over; the largest term is " << fit.largest
       << "\n";
-  const int64_t rest = m.slots + m.activations.value_or(0);
   if (fit.fits_unreplicated) {
     out << "to fit        shard over all " << plan.mesh.world_size
         << " ranks (--replicate 1): the sharded state becomes "
@@ -216,7 +215,7 @@ std::string render_memory_text(const schema::Plan& plan, const predict::PlanPred
         << format_bytes(m.sharded()) << "\n";
   } else {
     out << "to fit        more ranks cannot: the gathered slots and activations alone take "
-        << format_bytes(rest) << "\n";
+        << format_bytes(m.unshardable()) << "\n";
   }
   if (fit.uncheckpointed_units > 0) {
     out << "to fit        checkpointing the " << fit.uncheckpointed_units << " unit"

@@ -569,10 +569,7 @@ TracedRun trace_unit_modules(const std::string& model_path,
                              TraceDevice device, Attention attention) {
   const bool meta = device == TraceDevice::kMeta;
   if (attention == Attention::kFused && !meta) {
-    fail(ExitCode::kUsage,
-         "--fused-attention models a GPU's attention kernel in a shape-only "
-         "trace; add --trace-device meta (a CPU trace runs attention as "
-         "LibTorch does here)");
+    fail(ExitCode::kUsage, kFusedAttentionNeedsMeta);
   }
   host_memory::install();  // before the step's tensors, so that they are counted
   if (meta) {

@@ -26,6 +26,10 @@ const char* trace_device_name(TraceDevice device);  // "cpu", "meta"
 // math form, the scores saved). kFused: as a GPU's fused kernel does (fused_attention.h):
 // what `mfsdp plan --fused-attention` asks for, meta traces only.
 enum class Attention { kAsTraced, kFused };
+// Why kFused needs a meta trace: the one line both the CLI and trace_units refuse it with.
+inline constexpr const char* kFusedAttentionNeedsMeta =
+    "--fused-attention models a GPU's attention kernel in a shape-only trace; add "
+    "--trace-device meta (a CPU trace runs attention as LibTorch does here)";
 
 // One example input: a tensor of `shape` and `dtype` (a schema dtype name).
 struct TraceInput {

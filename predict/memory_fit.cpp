@@ -55,7 +55,7 @@ MemoryFit fit_memory(const schema::Plan& plan, const RankMemory& memory, int64_t
                 })->first;
   if (fit.over <= 0) return fit;
 
-  const int64_t rest = memory.slots + memory.activations.value_or(0);
+  const int64_t rest = memory.unshardable();
   const int64_t shard = std::max<int64_t>(1, plan.mesh.shard_size);
   const auto fits_at = [&](int64_t ranks) {
     const double sharded = static_cast<double>(memory.sharded()) * static_cast<double>(shard) /

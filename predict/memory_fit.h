@@ -21,7 +21,8 @@ struct RankMemory {
   // activations.
   std::optional<int64_t> activations;
   int64_t sharded() const { return parameters + gradients + optimizer_state; }
-  int64_t total() const { return sharded() + slots + activations.value_or(0); }
+  int64_t unshardable() const { return slots + activations.value_or(0); }  // more ranks keep it
+  int64_t total() const { return sharded() + unshardable(); }
 };
 
 // `optimizer` is a schema optimizer name (Error(kUsage) otherwise); activations are scaled
